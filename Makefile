@@ -1,0 +1,56 @@
+# marin-rl: `make run` (default CPU RL job) and `make test` set up everything they need on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+DIR    ?=
+ARGS   ?=
+
+# No network at run time: wandb offline, no HF hub, JAX on the CPU unless the user says otherwise.
+export WANDB_MODE ?= offline
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export RAY_AUTH_MODE ?= disabled
+
+.PHONY: install run test test-slow lint report bench clean lock help
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"marin-rl needs Python 3.11 (levanter 1.2.dev1644), found {sys.version.split()[0]}; set PYTHON=python3.11"'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=24"
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv with the pinned stack (idempotent; instant when up to date)
+
+run: install  ## the default job: SFT warm-start + RL of a tiny model on the CPU (recipe quickstart)
+	$(PY) launch.py recipe=quickstart $(ARGS)
+
+test: install  ## the test suite (slow end-to-end runs excluded)
+	$(PY) -m pytest -q -p no:cacheprovider $(ARGS)
+
+test-slow: install  ## only the slow end-to-end tests
+	$(PY) -m pytest -q -m slow $(ARGS)
+
+lint: install  ## ruff
+	$(VENV)/bin/ruff check marin_rl tests launch.py bench
+
+report: install  ## turn a sweep into report.md/report.csv/plots: make report DIR=multirun/...
+	@test -n "$(DIR)" || (echo "usage: make report DIR=<sweep or run folder>"; exit 2)
+	$(PY) -m marin_rl.report $(DIR)
+
+bench: install  ## print sampler, trainer and grading throughput
+	$(PY) bench/bench_sampler.py
+	$(PY) bench/bench_trainer.py
+	$(PY) bench/bench_grading.py
+
+lock: install  ## re-pin constraints.txt from the current .venv
+	(echo "# Full pinned set, measured to install and work together (Python 3.11, CPU). Regenerate: make lock"; \
+	 $(PY) -m pip freeze --exclude-editable | grep -v '^marin-rl') > constraints.txt
+
+clean:  ## remove the venv, caches and run outputs
+	rm -rf $(VENV) outputs multirun .pytest_cache .ruff_cache wandb
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

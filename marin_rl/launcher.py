@@ -1,0 +1,92 @@
+"""From a composed Hydra config to a running job: validate once, print the plan, dispatch on `mode`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from marin_rl.plan import actor_plan, format_plan
+from marin_rl.spec import RunSpec, SpecError, build_run_spec
+
+logger = logging.getLogger("marin_rl")
+
+# The metric an Optuna sweep maximises unless the search config names another one.
+DEFAULT_OBJECTIVE = "eval_after_rl.pass_at_1"
+
+
+def hydra_run_dir() -> Path:
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def spec_from_hydra(cfg: DictConfig) -> tuple[RunSpec, str]:
+    """Resolve and validate; returns the spec and the sweep objective. Exits with status 2 on a bad config."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(container, dict)
+    objective = container.pop("objective", None)  # set by conf/hparams_search/*, not part of the run itself
+    try:
+        spec = build_run_spec(container)
+    except SpecError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    return spec, objective or DEFAULT_OBJECTIVE
+
+
+def write_spec(spec: RunSpec, run_dir: Path) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    return path
+
+
+def lookup_metric(summary: dict[str, Any], dotted: str) -> float | None:
+    node: Any = summary
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return float(node) if isinstance(node, (int, float)) else None
+
+
+def run_from_hydra(cfg: DictConfig) -> float | None:
+    spec, objective = spec_from_hydra(cfg)
+    run_dir = hydra_run_dir()
+    from marin_rl.objectives import warn_if_greedy
+
+    if spec.mode == "rl":
+        warn_if_greedy(spec.sampler.temperature, spec.sampler.top_k, spec.sampler.greedy, context="training")
+    spec_path = write_spec(spec, run_dir)
+    if spec.dry_run:
+        print(yaml.safe_dump({"spec": spec.model_dump(mode="json")}, sort_keys=False))
+        print(format_plan(actor_plan(spec)))
+        print(f"dry run: config is valid; spec written to {spec_path}; nothing started.")
+        return None
+    if spec.mode == "rl":
+        from marin_rl.orchestration import run_rl
+
+        summary = run_rl(spec, run_dir)
+        return lookup_metric(summary, objective)
+    if spec.mode == "sft":
+        from marin_rl.sft import sft_main
+
+        ckpt = sft_main(spec, run_dir)
+        print(f"SFT checkpoint: {ckpt}")
+        return None
+    if spec.mode == "generate":
+        from marin_rl.generate import generate_main
+
+        out = generate_main(spec, run_dir)
+        print(f"synthetic data: {out}")
+        return None
+    if spec.mode == "eval":
+        from marin_rl.orchestration import eval_main
+
+        summary = eval_main(spec, run_dir)
+        return lookup_metric(summary, "eval.pass_at_1")
+    raise AssertionError(f"unhandled mode {spec.mode}")

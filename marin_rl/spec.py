@@ -1,0 +1,270 @@
+"""The run spec: one pydantic model of a whole run, built once from the composed Hydra config.
+
+Every config group validates into its own sub-model (`extra="forbid"`, so a misspelt key is an error), and the
+cross-field checks that need several groups at once live on `RunSpec`. Errors name the config key, the bad value
+and what is allowed, and they are raised before Ray starts or a model loads (see `build_run_spec`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from marin_rl.environments.config import EnvConfig
+from marin_rl.objectives.config import LossConfig
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SamplerConfig(StrictModel):
+    name: str
+    temperature: float = Field(1.0, ge=0.0)
+    top_k: int = Field(0, ge=0)  # 0 = no top-k truncation
+    top_p: float = Field(1.0, gt=0.0, le=1.0)  # 1.0 = no nucleus truncation
+    greedy: bool = False
+    max_new_tokens: int = Field(32, gt=0)
+    stop: list[str] = []
+    decode_chunk: int = Field(8, gt=0)
+    eval_temperature: float = Field(1.0, ge=0.0)
+    eval_max_new_tokens: int | None = Field(None, gt=0)
+
+    @property
+    def is_greedy(self) -> bool:
+        """True when training would decode (near-)deterministically: RL needs exploration."""
+        return self.greedy or self.temperature < 1e-3 or self.top_k == 1
+
+
+class ModelConfig(StrictModel):
+    name: str
+    kind: Literal["tiny", "hf"]
+    hf_path: str | None = None  # HF repo id or local directory (kind=hf)
+    tokenizer: str | None = None  # defaults to hf_path for kind=hf; the built-in char tokenizer for kind=tiny
+    max_seq_len: int = Field(128, gt=0)
+    chat_template: bool = False
+    hidden_dim: int = Field(64, gt=0)
+    intermediate_dim: int = Field(128, gt=0)
+    num_layers: int = Field(2, gt=0)
+    num_heads: int = Field(4, gt=0)
+    num_kv_heads: int = Field(4, gt=0)
+    init_checkpoint: str | None = None  # start from a marin-rl checkpoint or HF export directory
+
+    @model_validator(mode="after")
+    def _shape_checks(self) -> "ModelConfig":
+        if self.kind == "hf" and not self.hf_path:
+            raise ValueError("model.hf_path must name an HF repo id or a local directory when model.kind=hf")
+        if self.kind == "tiny":
+            if self.hidden_dim % self.num_heads:
+                raise ValueError(
+                    f"model.hidden_dim={self.hidden_dim} must be divisible by model.num_heads={self.num_heads}"
+                )
+            if self.num_heads % self.num_kv_heads:
+                raise ValueError(
+                    f"model.num_heads={self.num_heads} must be a multiple of model.num_kv_heads={self.num_kv_heads}"
+                )
+        return self
+
+
+class OptimizerConfig(StrictModel):
+    name: Literal["adamw"] = "adamw"
+    lr: float
+    weight_decay: float = Field(0.0, ge=0.0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.999, ge=0.0, lt=1.0)
+    eps: float = Field(1e-8, gt=0.0)
+    max_grad_norm: float | None = Field(1.0, gt=0.0)
+    schedule: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _lr_positive(self) -> "OptimizerConfig":
+        if not self.lr > 0:
+            raise ValueError(f"optimizer.lr={self.lr!r} is not allowed: the learning rate must be > 0")
+        return self
+
+
+class ActorResources(StrictModel):
+    """Ray resource request of one actor (https://docs.ray.io/en/latest/ray-core/scheduling/resources.html)."""
+
+    num_cpus: float = Field(1.0, ge=0.0)
+    num_gpus: float = Field(0.0, ge=0.0)
+    resources: dict[str, float] = {}
+
+
+class HardwareConfig(StrictModel):
+    name: str
+    accelerator: Literal["cpu", "gpu", "tpu"]
+    num_rollout_workers: int = Field(1, ge=1)
+    devices_per_trainer: int = Field(1, ge=1)
+    devices_per_rollout_worker: int = Field(1, ge=1)
+    trainer_resources: ActorResources = ActorResources()
+    rollout_resources: ActorResources = ActorResources()
+    inference_backend: Literal["levanter", "vllm", "tpu_inference"] = "levanter"
+    compute_dtype: Literal["float32", "bfloat16"] = "float32"
+    param_dtype: Literal["float32", "bfloat16"] = "float32"
+
+    @model_validator(mode="after")
+    def _backend_fits_accelerator(self) -> "HardwareConfig":
+        hosts = {"levanter": {"cpu", "gpu", "tpu"}, "vllm": {"gpu"}, "tpu_inference": {"tpu"}}
+        if self.accelerator not in hosts[self.inference_backend]:
+            allowed = sorted(b for b, accs in hosts.items() if self.accelerator in accs)
+            raise ValueError(
+                f"hardware.inference_backend={self.inference_backend!r} cannot run on "
+                f"hardware.accelerator={self.accelerator!r}; allowed here: {allowed}"
+            )
+        return self
+
+
+class TrainConfig(StrictModel):
+    batch_size: int = Field(..., gt=0)  # responses (prompts x generations) per optimizer step
+    micro_batch_size: int | None = Field(None, gt=0)  # gradient accumulation chunk; None = whole batch
+    steps: int = Field(..., ge=0)
+    checkpoint_every: int = Field(0, ge=0)  # 0 = only at the end
+    keep_checkpoints: int = Field(2, ge=1)
+    eval_every: int = Field(0, ge=0)  # 0 = only before and after RL
+    eval_prompts: int = Field(200, ge=1)
+    eval_samples: int = Field(1, ge=1)  # samples per eval prompt (pass@k uses k <= eval_samples)
+    log_every: int = Field(1, ge=1)
+
+
+class WeightSyncConfig(StrictModel):
+    method: Literal["object_store", "files"] = "object_store"
+    timeout_s: float = Field(120.0, gt=0.0)
+    dir: str | None = None  # shared storage for method=files; default <run_dir>/weights
+
+
+class ReplayConfig(StrictModel):
+    capacity: int = Field(4096, gt=0)  # rollouts held at most
+    max_reuse: int = Field(1, ge=1)  # times one rollout may enter a training batch
+
+
+class RolloutConfig(StrictModel):
+    mode: Literal["sync", "inflight"] = "sync"
+    n_generations: int = Field(8, ge=1)  # responses per prompt (the GRPO group)
+    max_staleness: int = Field(1, ge=0)  # trainer steps a rollout's oldest token may lag
+    weight_sync: WeightSyncConfig = WeightSyncConfig()
+    replay: ReplayConfig = ReplayConfig()
+    watchdog_timeout_s: float = Field(300.0, gt=0.0)
+
+
+class SftConfig(StrictModel):
+    warmstart: bool = False  # run SFT before RL (mode=rl)
+    steps: int = Field(0, ge=0)
+    batch_size: int = Field(32, gt=0)
+    lr: float = Field(3e-3, gt=0.0)
+    source: str = "env"  # "env" = reference answers of the env, or a path to a synthetic-data JSONL
+
+
+class GenerateConfig(StrictModel):
+    num_prompts: int = Field(64, gt=0)
+    n: int = Field(4, gt=0)
+    keep: Literal["all", "correct", "mixed"] = "all"
+    split: Literal["train", "eval"] = "train"
+    out: str | None = None  # default <run_dir>/synthetic.jsonl
+
+
+class TrackingConfig(StrictModel):
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
+    project: str = "marin-rl"
+    entity: str | None = None
+    plots: bool = True
+    progress: bool = True
+
+
+class RayConfig(StrictModel):
+    address: str | None = None  # None = start a local Ray; "auto" = join the cluster of this machine
+    include_dashboard: bool = False
+    num_cpus: int | None = Field(None, ge=1)
+    namespace: str | None = None  # None = a fresh namespace per run
+
+
+class RunSpec(StrictModel):
+    mode: Literal["rl", "sft", "generate", "eval"] = "rl"
+    seed: int = 0
+    dry_run: bool = False
+    resume: str = "never"  # never | auto | <path to a run folder>
+    run_name: str | None = None
+    recipe: str | None = None
+    env: EnvConfig
+    loss: LossConfig
+    sampler: SamplerConfig
+    model: ModelConfig
+    optimizer: OptimizerConfig
+    hardware: HardwareConfig
+    train: TrainConfig
+    rollout: RolloutConfig
+    sft: SftConfig = SftConfig()
+    generate: GenerateConfig = GenerateConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    ray: RayConfig = RayConfig()
+
+    @model_validator(mode="after")
+    def _cross_field_checks(self) -> "RunSpec":
+        g = self.rollout.n_generations
+        if self.train.batch_size % g:
+            lo, hi = (self.train.batch_size // g) * g, (self.train.batch_size // g + 1) * g
+            allowed = f"{lo} or {hi}" if lo else f"{hi}"
+            raise ValueError(
+                f"train.batch_size={self.train.batch_size} must be a multiple of rollout.n_generations={g} "
+                f"(whole groups per step); nearest allowed: {allowed}"
+            )
+        mb = self.train.micro_batch_size
+        if mb is not None and self.train.batch_size % mb:
+            raise ValueError(
+                f"train.micro_batch_size={mb} must divide train.batch_size={self.train.batch_size}"
+            )
+        if self.loss.clip_eps_high < self.loss.clip_eps_low and self.loss.ratio_level == "token":
+            raise ValueError(
+                f"loss.clip_eps_high={self.loss.clip_eps_high} is below loss.clip_eps_low={self.loss.clip_eps_low}; "
+                "clip-higher (DAPO) needs eps_high >= eps_low"
+            )
+        if self.loss.clip_eps_high > 10.0:
+            raise ValueError(f"loss.clip_eps_high={self.loss.clip_eps_high} is out of range (0, 10]")
+        if self.sampler.max_new_tokens >= self.model.max_seq_len:
+            raise ValueError(
+                f"sampler.max_new_tokens={self.sampler.max_new_tokens} does not fit the model context "
+                f"model.max_seq_len={self.model.max_seq_len}; it must leave room for the prompt"
+            )
+        if self.resume not in ("never", "auto") and not self.resume:
+            raise ValueError("resume must be 'never', 'auto' or a path to a run folder")
+        if self.rollout.mode == "inflight" and self.hardware.inference_backend != "levanter":
+            raise ValueError(
+                f"rollout.mode=inflight needs a sampler that can swap weights between decode chunks; "
+                f"hardware.inference_backend={self.hardware.inference_backend!r} is not wired for it yet "
+                "(allowed: levanter)"
+            )
+        return self
+
+
+class SpecError(ValueError):
+    """A config that cannot run: the message names the key, the value and what is allowed."""
+
+
+def _format_validation_error(err: ValidationError, cfg: dict[str, Any]) -> str:
+    lines = ["invalid run config:"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            parent = ".".join(str(p) for p in e["loc"][:-1])
+            lines.append(f"  - unknown key '{loc}'" + (f" (not a field of '{parent}')" if parent else ""))
+            continue
+        value = e.get("input")
+        shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
+        if loc:
+            lines.append(f"  - {loc}: {msg}{shown}")
+        else:
+            lines.append(f"  - {msg}")
+    return "\n".join(lines)
+
+
+def build_run_spec(cfg: dict[str, Any]) -> RunSpec:
+    """Validate a composed config (a plain dict, interpolations resolved) into a RunSpec or raise SpecError."""
+    cfg = {k: v for k, v in cfg.items() if k != "hydra"}
+    try:
+        return RunSpec.model_validate(cfg)
+    except ValidationError as err:
+        raise SpecError(_format_validation_error(err, cfg)) from None
