@@ -1,0 +1,48 @@
+"""Truncated importance sampling (TIS) between the sampler's and the trainer's log-probs.
+
+The sampler (vLLM, a jitted KV-cache decoder, bf16 kernels...) and the trainer never compute exactly the same
+distribution, so rollouts are slightly off-policy even at zero staleness. TIS reweights the per-token objective by
+the (truncated) ratio trainer/sampler (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy
+RL Training"; Ionides 2008 for truncation):
+
+    token     w_t = min(exp(old_logp_t - sampler_logp_t), cap)
+    sequence  w_b = min(exp(sum_t m*(old_logp_t - sampler_logp_t)), cap)   (one weight per answer, on all its tokens)
+
+The weights are constants (stop_gradient). They only matter when the PPO ratio is measured against the trainer's
+own pre-update log-probs (`loss.ratio_baseline=recompute`); with `ratio_baseline=sampler` the ratio already is
+pi_theta / pi_sampler, so `policy_loss` uses w = 1.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from marin_rl.objectives.aggregation import _as_float
+from marin_rl.objectives.surrogates import masked_log_ratio
+
+TIS_LEVELS = ("token", "sequence")
+
+
+def truncated_is_weights(old_logp, sampler_logp, mask, level: str = "token", cap: float = 2.0) -> jax.Array:
+    """[B, T] constant weights min(pi_old / pi_sampler, cap) at token or sequence level (module docstring); 1 off-mask."""
+    if level not in TIS_LEVELS:
+        raise ValueError(f"loss.tis.level={level!r} is not known; allowed: {list(TIS_LEVELS)}")
+    if not cap > 0:
+        raise ValueError(f"loss.tis.cap={cap!r} must be > 0")
+    mask = _as_float(mask)
+    log_ratio = jax.lax.stop_gradient(masked_log_ratio(old_logp, sampler_logp, mask))
+    if level == "sequence":
+        log_ratio = jnp.broadcast_to(log_ratio.sum(axis=-1, keepdims=True), log_ratio.shape)
+    # min(exp(x), cap) == exp(min(x, log cap)), and the latter cannot overflow on a long off-policy answer.
+    weights = jnp.exp(jnp.minimum(log_ratio, jnp.log(cap)))
+    return jnp.where(mask > 0, weights, 1.0)
+
+
+def truncated_is_clipped(old_logp, sampler_logp, mask, level: str = "token", cap: float = 2.0) -> jax.Array:
+    """[B, T] float indicator of the tokens whose raw weight pi_old / pi_sampler exceeded the cap."""
+    mask = _as_float(mask)
+    log_ratio = jax.lax.stop_gradient(masked_log_ratio(old_logp, sampler_logp, mask))
+    if level == "sequence":
+        log_ratio = jnp.broadcast_to(log_ratio.sum(axis=-1, keepdims=True), log_ratio.shape)
+    return ((log_ratio > jnp.log(cap)) & (mask > 0)).astype(mask.dtype)
