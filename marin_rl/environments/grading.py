@@ -1,0 +1,41 @@
+"""A grading pool created on first use, so runs that never need it never start worker processes.
+
+It stands in for a GradingPool wherever one is accepted (same grade_many / grade_one).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from marin_rl.environments.config import GradingConfig
+from marin_rl.verifiers import GradingPool
+
+
+class LazyGradingPool:
+    def __init__(self, config: GradingConfig) -> None:
+        self.config = config
+        self._pool: GradingPool | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> GradingPool:
+        with self._lock:
+            if self._pool is None:
+                self._pool = GradingPool(
+                    max_workers=self.config.workers,
+                    timeout_s=self.config.timeout_s,
+                    memory_limit_mb=self.config.memory_limit_mb,
+                )
+            return self._pool
+
+    def grade_many(self, kind: str, responses: list[str], golds: list[str]) -> list[bool]:
+        """GradingPool.grade_many, starting the pool on the first call."""
+        return self.get().grade_many(kind, responses, golds)
+
+    def grade_one(self, kind: str, response: str, gold: str) -> bool:
+        return self.get().grade_one(kind, response, gold)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
