@@ -1,0 +1,409 @@
+"""The `inference=levanter` sampler: a jitted KV-cache decoder over a Levanter model, with in-flight weight swaps.
+
+Why not Levanter's InferenceEngine (levanter.inference.engine): its sampler knows temperature only (no top-k /
+top-p), its decode loop runs `max_rounds` rounds inside one call with the weights closed over for the round, it
+does not say which weights produced which token, and on the CPU it falls back to the reference paged attention
+(a per-sequence, per-query-token loop). So this module is our own decoder, built from Levanter's modules (see
+marin_rl/sampling/decoder.py: only the attention kernel is new; embeddings, norms, projections, RoPE, MLP and
+LM head are Levanter's own), with the scheduling RL needs:
+
+- batched prompts, n generations each (rows), padded to fixed batch buckets; prompts left-padded into a cache of
+  max_seq_len slots, so prompt lengths never change a compiled shape (compiles are logged: `compile_events`);
+- generation in chunks of `sampler_cfg.decode_chunk` decode steps (one jitted while_loop per chunk); between
+  chunks `on_chunk(chunks_done)` runs and weights passed to `set_weights` (any thread) take effect;
+- every token records the version of the weights that produced it (Completion.versions), every completion its
+  version span (min_version / max_version);
+- after a swap the sequences in flight continue where they are. kv_on_swap="recompute" (default) rebuilds their
+  KV cache from their tokens under the new weights (one prefill pass), so each token's log-prob is exactly
+  log pi_{version}(y_t | y_<t) for the version it records; kv_on_swap="keep" continues on the cache written by
+  the older weights (PipelineRL / vLLM in-flight behaviour: cheaper, but then a token's distribution mixes the
+  new weights with keys/values of the old ones, so its log-prob matches no single policy exactly; on the tiny
+  model, after a swap to weights 0.3 std away, "keep" log-probs were 0.6 nats (mean abs) off the new policy,
+  about as far as off the old one).
+
+Log-probs: `Completion.logprobs` = log softmax(logits / T)[token] over the full vocabulary (the trainer's
+quantity, compared in tests to marin_rl.logprobs.response_logprobs < 1e-4); with top-k/top-p on, the token was
+drawn from the truncated renormalised distribution, whose log-prob is `Completion.sampling_logprobs`. Greedy
+(temperature 0 or sampler.greedy) takes argmax and reports logprobs at temperature 1. Stops: the tokenizer's EOS
+id(s) (on device) and `sampler.stop` strings (host, on the decoded response text, between chunks); the stopping
+token is kept and finish_reason is "stop", else "length" after max_new_tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from marin_rl.sampling import kernels
+from marin_rl.sampling.decoder import check_supported, init_cache
+from marin_rl.sampling.stops import eos_token_ids, first_stop
+from marin_rl.sampling.types import Completion, SampleRequest
+
+if TYPE_CHECKING:
+    from marin_rl.spec import SamplerConfig
+
+__all__ = ["Completion", "SampleRequest", "Sampler"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_BATCH = 64  # rows (prompts x generations) decoded together when max_batch is not given
+MIN_BATCH_BUCKET = 8  # smallest batch shape compiled: fewer rows are padded up to it
+# smallest prefill length compiled: fill lengths are powers of two from here up to max_seq_len
+MIN_FILL_BUCKET = 16
+KV_ON_SWAP = ("recompute", "keep")
+
+
+def _pow2_bucket(n: int, lo: int, hi: int) -> int:
+    """Smallest power of two >= max(n, lo), capped at hi."""
+    b = lo
+    while b < n:
+        b *= 2
+    return min(b, hi)
+
+
+def _to_device(tree: Any, dtype) -> Any:
+    """Array leaves as device arrays (numpy leaves would be re-sent every chunk), floating ones cast to dtype."""
+
+    def cast(x):
+        if not eqx.is_array(x):
+            return x
+        x = jnp.asarray(x)
+        return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype else x
+
+    return jax.tree.map(cast, tree)
+
+
+def _signature(model) -> tuple:
+    """Tree structure + leaf shapes/dtypes: equal signatures reuse the compiled programs."""
+    leaves, treedef = jax.tree.flatten(model)
+    return treedef, tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x)))) for x in leaves)
+
+
+class Sampler:
+    """Samples completions from a Levanter Llama-family model; see the module docstring.
+
+    `max_seq_len` bounds prompt + new tokens (the cache size); `max_batch` bounds the rows decoded together
+    (more rows run in successive waves); `kv_on_swap` picks what a weight swap does to sequences in flight.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        sampler_cfg: "SamplerConfig",
+        max_seq_len: int,
+        *,
+        version: int = 0,
+        seed: int = 0,
+        max_batch: int | None = None,
+        kv_on_swap: Literal["recompute", "keep"] = "recompute",
+        compute_dtype: Any = jnp.float32,
+    ):
+        check_supported(model)
+        if kv_on_swap not in KV_ON_SWAP:
+            raise ValueError(f"kv_on_swap={kv_on_swap!r} is not allowed; allowed: {list(KV_ON_SWAP)}")
+        if max_seq_len < 2:
+            raise ValueError(f"max_seq_len={max_seq_len} must be >= 2 (one prompt token + one new token)")
+        self.cfg = sampler_cfg
+        self.tokenizer = tokenizer
+        self.max_seq_len = int(max_seq_len)
+        self.max_batch = int(max_batch) if max_batch is not None else DEFAULT_MAX_BATCH
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch={max_batch} must be >= 1")
+        self.kv_on_swap = kv_on_swap
+        self.compute_dtype = jnp.dtype(compute_dtype)
+        self._model = _to_device(model, self.compute_dtype)
+        self._signature = _signature(self._model)
+        self._version = int(version)
+        self._pending: tuple[Any, int] | None = None
+        self._weights_lock = threading.Lock()
+        self._generate_lock = threading.Lock()
+        self._key = jax.random.PRNGKey(seed)
+        self.vocab_size = model.Vocab.size
+        self.eos_ids = eos_token_ids(tokenizer)
+        pad_id = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = int(pad_id) if pad_id is not None else (self.eos_ids[0] if self.eos_ids else 0)
+        self.compile_events: list[str] = []
+        self.last_stats: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ weights
+
+    @property
+    def version(self) -> int:
+        """Version of the weights the next decode chunk will use (a pending swap included)."""
+        with self._weights_lock:
+            return self._pending[1] if self._pending is not None else self._version
+
+    @property
+    def model(self):
+        return self._model
+
+    def set_weights(self, model, version: int) -> None:
+        """Queue new weights (same shapes) for the next chunk boundary; thread-safe; the latest call wins."""
+        model = _to_device(model, self.compute_dtype)
+        sig = _signature(model)
+        if sig != self._signature:
+            raise ValueError(
+                "set_weights: the new model's structure or parameter shapes/dtypes differ from the sampler's "
+                "(a swap must not change shapes; build a new Sampler for a different model)"
+            )
+        with self._weights_lock:
+            self._pending = (model, int(version))
+
+    def _apply_pending_weights(self) -> bool:
+        with self._weights_lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return False
+        self._model, self._version = pending
+        return True
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]] | Sequence[SampleRequest],
+        n: int = 1,
+        *,
+        temperature: float | None = None,
+        max_new_tokens: int | None = None,
+        key: jax.Array | None = None,
+        on_chunk: Callable[[int], None] | None = None,
+    ) -> list[list[Completion]]:
+        """n completions of each prompt, as [prompt][n]. SampleRequests carry their own n (then `n` is ignored).
+
+        temperature / max_new_tokens default to the sampler config; `on_chunk(chunks_done)` is called between
+        decode chunks (weights set from it apply to the next chunk).
+        """
+        prompt_list, counts = self._normalize_prompts(prompts, n)
+        temperature = self.cfg.temperature if temperature is None else float(temperature)
+        if temperature < 0:
+            raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
+        max_new = self.cfg.max_new_tokens if max_new_tokens is None else int(max_new_tokens)
+        if max_new < 1:
+            raise ValueError(f"max_new_tokens={max_new} must be >= 1")
+        for i, p in enumerate(prompt_list):
+            if len(p) + max_new > self.max_seq_len:
+                raise ValueError(
+                    f"prompt {i} has {len(p)} tokens; with max_new_tokens={max_new} it needs {len(p) + max_new} "
+                    f"slots > max_seq_len={self.max_seq_len} (shorten the prompt or lower max_new_tokens)"
+                )
+        if key is None:
+            self._key, key = jax.random.split(self._key)
+
+        rows = [(pi, j) for pi, c in enumerate(counts) for j in range(c)]
+        results: list[list[Completion | None]] = [[None] * c for c in counts]
+        params = kernels.DecodeParams(
+            temperature=jnp.asarray(temperature, jnp.float32),
+            greedy=jnp.asarray(self.cfg.greedy),
+            top_k=jnp.asarray(self.cfg.top_k, jnp.int32),
+            top_p=jnp.asarray(self.cfg.top_p, jnp.float32),
+            eos_ids=jnp.asarray(self.eos_ids or [-1], jnp.int32),
+            max_new_tokens=jnp.asarray(max_new, jnp.int32),
+            pad_id=jnp.asarray(self.pad_id, jnp.int32),
+        )
+        t0 = time.perf_counter()
+        generated = 0
+        with self._generate_lock:
+            progress = {"chunks": 0, "row_steps": 0, "swaps": 0}
+            for start in range(0, len(rows), self.max_batch):
+                wave = rows[start : start + self.max_batch]
+                last_wave = start + self.max_batch >= len(rows)
+                for (pi, j), comp in zip(
+                    wave,
+                    self._generate_wave(
+                        [prompt_list[pi] for pi, _ in wave],
+                        [pi for pi, _ in wave],
+                        params,
+                        max_new,
+                        key,
+                        on_chunk,
+                        progress,
+                        last_wave,
+                    ),
+                ):
+                    results[pi][j] = comp
+                    generated += len(comp.tokens)
+        seconds = time.perf_counter() - t0
+        self.last_stats = {
+            "tokens": generated,  # response tokens returned
+            "seconds": seconds,
+            "tokens_per_s": generated / max(seconds, 1e-9),
+            "chunks": progress["chunks"],
+            "swaps": progress["swaps"],  # weight swaps applied between chunks
+            "row_steps": progress["row_steps"],  # decoded rows x decode steps, finished rows included
+        }
+        return results  # type: ignore[return-value]
+
+    def _normalize_prompts(self, prompts, n: int) -> tuple[list[list[int]], list[int]]:
+        if len(prompts) == 0:
+            raise ValueError("generate: prompts is empty")
+        out, counts = [], []
+        for i, p in enumerate(prompts):
+            if isinstance(p, SampleRequest):
+                toks, c = list(p.prompt_tokens), int(p.n)
+            else:
+                toks, c = list(p), int(n)
+            if c < 1:
+                raise ValueError(f"prompt {i}: n={c} generations must be >= 1")
+            if not toks:
+                raise ValueError(f"prompt {i} is empty: a prompt needs at least one token (e.g. BOS)")
+            bad = [t for t in toks if not (0 <= int(t) < self.vocab_size)]
+            if bad:
+                raise ValueError(f"prompt {i} has token ids outside [0, {self.vocab_size}): {bad[:5]}")
+            out.append([int(t) for t in toks])
+            counts.append(c)
+        return out, counts
+
+    def _timed(self, name: str, fn, shape_note: str, *args, **kwargs):
+        """Run a jitted kernel; log a compile event when its compilation cache grows."""
+        cache_size = getattr(fn, "_cache_size", lambda: 0)  # jax.jit's compiled-program count
+        before = cache_size()
+        t = time.perf_counter()
+        out = fn(*args, **kwargs)
+        if cache_size() > before:
+            jax.block_until_ready(out)
+            msg = f"compiled {name} ({shape_note}) in {time.perf_counter() - t:.1f}s"
+            self.compile_events.append(msg)
+            logger.info("sampler: %s", msg)
+        return out
+
+    def _generate_wave(
+        self,
+        prompts: list[list[int]],
+        prompt_index: list[int],
+        params: kernels.DecodeParams,
+        max_new: int,
+        key: jax.Array,
+        on_chunk: Callable[[int], None] | None,
+        progress: dict[str, int],
+        last_wave: bool,
+    ) -> list[Completion]:
+        rows = len(prompts)
+        B = _pow2_bucket(rows, min(MIN_BATCH_BUCKET, self.max_batch), self.max_batch)
+        S = self.max_seq_len
+        P = max(len(p) for p in prompts)  # every prompt ends at slot P-1; generated tokens start at slot P
+        tokens = np.full((B, S), self.pad_id, np.int32)
+        pad = np.full((B,), P - 1, np.int32)
+        done = np.zeros((B,), bool)
+        done[rows:] = True  # bucket filler rows never generate
+        for r, p in enumerate(prompts):
+            tokens[r, P - len(p) : P] = p
+            pad[r] = P - len(p)
+
+        self._apply_pending_weights()
+        tokens_j, pad_j = jnp.asarray(tokens), jnp.asarray(pad)
+        fill_len = _pow2_bucket(max(P - 1, 1), MIN_FILL_BUCKET, S)
+        cache = self._timed(
+            "prefill",
+            kernels.fill,
+            f"batch={B} length={fill_len}",
+            self._model,
+            tokens_j,
+            pad_j,
+            init_cache(self._model, B, S, self.compute_dtype),
+            length=fill_len,
+        )
+        state = kernels.DecodeState(
+            tokens=tokens_j,
+            pad=pad_j,
+            cur=jnp.asarray(P - 1, jnp.int32),
+            gen_start=jnp.asarray(P, jnp.int32),
+            done=jnp.asarray(done),
+            cache=cache,
+        )
+        cur = P - 1
+        chunk = self.cfg.decode_chunk
+        out_toks: list[list[int]] = [[] for _ in range(rows)]
+        out_lp: list[list[float]] = [[] for _ in range(rows)]
+        out_slp: list[list[float]] = [[] for _ in range(rows)]
+        out_ver: list[list[int]] = [[] for _ in range(rows)]
+        reason: list[str | None] = [None] * rows
+        checked = [0] * rows  # tokens already scanned for stop strings
+        decode_text = self._decode_text
+
+        while True:
+            chunk_key = jax.random.fold_in(key, progress["chunks"])
+            version = self._version  # weights of this chunk: swaps only happen below, between chunks
+            state, out = self._timed(
+                "decode_chunk",
+                kernels.decode_chunk,
+                f"batch={B} slots={S} steps={chunk}",
+                self._model,
+                state,
+                chunk_key,
+                params,
+                num_steps=chunk,
+            )
+            out = jax.device_get(out)
+            steps = int(state.cur) - cur  # < chunk when every row finished early
+            cur += steps
+            progress["chunks"] += 1
+            progress["row_steps"] += rows * steps
+            newly_done = np.zeros((B,), bool)
+            for r in range(rows):
+                if reason[r] is not None:
+                    continue
+                produced = np.nonzero(out.active[:, r])[0]
+                if len(produced) == 0:
+                    continue
+                out_toks[r].extend(out.tokens[produced, r].tolist())
+                out_lp[r].extend(out.logprobs[produced, r].tolist())
+                out_slp[r].extend(out.sampling_logprobs[produced, r].tolist())
+                out_ver[r].extend([version] * len(produced))
+                cut = first_stop(out_toks[r], checked[r], self.cfg.stop, decode_text)
+                checked[r] = len(out_toks[r])
+                if cut is not None:
+                    for lst in (out_toks[r], out_lp[r], out_slp[r], out_ver[r]):
+                        del lst[cut:]
+                    reason[r] = "stop"
+                    newly_done[r] = True
+                elif out.hit_eos[:, r].any():
+                    reason[r] = "stop"
+                elif len(out_toks[r]) >= max_new:
+                    reason[r] = "length"
+            if all(x is not None for x in reason):
+                break
+            if newly_done.any():  # stop-string hits: stop decoding those rows on device too
+                state = state._replace(done=state.done | jnp.asarray(newly_done))
+            if on_chunk is not None:
+                on_chunk(progress["chunks"])
+            swapped = self._apply_pending_weights()
+            progress["swaps"] += int(swapped)
+            if swapped and self.kv_on_swap == "recompute":
+                refill_len = _pow2_bucket(cur, MIN_FILL_BUCKET, S)
+                cache = self._timed(
+                    "prefill",
+                    kernels.fill,
+                    f"batch={B} length={refill_len}",
+                    self._model,
+                    state.tokens,
+                    state.pad,
+                    state.cache,
+                    length=refill_len,
+                )
+                state = state._replace(cache=cache)
+        if on_chunk is not None and not last_wave:
+            on_chunk(progress["chunks"])
+        return [
+            Completion(
+                prompt_index=prompt_index[r],
+                tokens=out_toks[r],
+                logprobs=out_lp[r],
+                versions=out_ver[r],
+                finish_reason=reason[r],  # type: ignore[arg-type]
+                sampling_logprobs=out_slp[r],
+            )
+            for r in range(rows)
+        ]
+
+    def _decode_text(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=True)

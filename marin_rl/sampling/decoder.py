@@ -1,0 +1,178 @@
+"""KV-cache forward pass of a Levanter Llama-family model (Llama, Qwen2/Qwen3, Mistral layers), jit-friendly.
+
+Cache layout: one dense cache row per sequence, per layer `k, v: [batch, kv_head, slot, head_size]`. Prompts are
+LEFT-padded so that every prompt of a batch ends at the same slot; a row's RoPE position is `slot - pad[row]`, so
+positions start at 0 at the first prompt token exactly as in the trainer's right-padded forward
+(marin_rl/logprobs.py). With aligned rows one write index per decode step serves the whole batch, and the
+decode step has the same shapes whatever the prompt lengths are (no recompiles).
+
+Exactness: embeddings, RMSNorms, q/k/v/o projections (with their biases: Qwen2), qk-norm (Qwen3), RoPE, the
+SwiGLU MLP and the LM head are Levanter's own modules, called as they are. Only the attention kernel is new:
+a masked softmax over the dense cache (the same math as Levanter's VANILLA backend: q * scale, dot, optional
+soft-cap, mask, softmax in the model dtype) instead of Levanter's paged attention.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import haliax as hax
+import jax
+import jax.numpy as jnp
+from levanter.layers.attention import Attention
+from levanter.models.llama import LlamaDecoderLayer
+from levanter.models.qwen import QwenDecoderLayer
+
+BATCH, POS = "batch", "position"
+SUPPORTED_LAYERS = (LlamaDecoderLayer, QwenDecoderLayer)
+
+
+class KvCache(eqx.Module):
+    # one array per layer (a tuple, not a stacked array, so XLA updates each in place without a restack copy)
+    # head-major [batch, kv_head, slot, head_size]: attention is then a plain batched matmul over (batch, kv_head),
+    # about 5x faster on the CPU than a slot-major layout (measured: 0.4 vs 2.1 ms per layer at batch 32, 128 slots)
+    k: tuple[jax.Array, ...]  # per layer, post-RoPE keys
+    v: tuple[jax.Array, ...]  # per layer
+
+    @property
+    def num_slots(self) -> int:
+        return self.k[0].shape[2]
+
+
+def decoder_layers(model) -> list:
+    """The decoder layers of a Levanter Llama-family LM (Stacked or BlockSeq), unstacked, in order."""
+    return list(model.transformer.layers.unstacked())
+
+
+def check_supported(model) -> None:
+    """Raise if `model` is not a Levanter LM whose layers this decoder reproduces exactly."""
+    layers = getattr(getattr(model, "transformer", None), "layers", None)
+    if layers is None or not hasattr(layers, "unstacked"):
+        raise NotImplementedError(
+            f"sampler: {type(model).__name__} has no transformer.layers; supported: Levanter Llama-family models "
+            f"(layers {[c.__name__ for c in SUPPORTED_LAYERS]})"
+        )
+    layer = layers.unstacked()[0]
+    if not isinstance(layer, SUPPORTED_LAYERS) or not isinstance(layer.self_attn, Attention):
+        raise NotImplementedError(
+            f"sampler: decoder layer {type(layer).__name__} is not supported; "
+            f"allowed: {[c.__name__ for c in SUPPORTED_LAYERS]}"
+        )
+    cfg = model.config
+    if getattr(cfg, "use_sliding_window", False):
+        raise NotImplementedError(
+            f"sampler: sliding-window attention ({type(cfg).__name__}.use_sliding_window=True) is not implemented"
+        )
+
+
+def init_cache(model, batch: int, num_slots: int, dtype=jnp.float32) -> KvCache:
+    """Zero cache for `batch` rows of `num_slots` tokens."""
+    attn_cfg = decoder_layers(model)[0].self_attn.config
+    shape = (batch, attn_cfg.KVHeads.size, num_slots, attn_cfg.HeadSize.size)
+    n = model.config.num_layers
+    return KvCache(
+        tuple(jnp.zeros(shape, dtype) for _ in range(n)), tuple(jnp.zeros(shape, dtype) for _ in range(n))
+    )
+
+
+def _attend(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, attn: Attention) -> jax.Array:
+    """softmax(q k^T * scale [soft-capped], masked) v for q[B,Hkv,G,T,D], k,v[B,Hkv,S,D], key_mask[B,T,S].
+
+    Same operation order as Levanter's simple_attention_with_dropout (scale q first, masked logits = -1e9).
+    """
+    cfg = attn.config
+    B, H, G, T, D = q.shape
+    scale = cfg.scaling_factor if cfg.scaling_factor is not None else 1.0 / math.sqrt(cfg.HeadSize.size)
+    scores = jnp.einsum("bhqd,bhsd->bhqs", (q * scale).reshape(B, H, G * T, D), k).reshape(B, H, G, T, -1)
+    if cfg.logits_soft_cap is not None:
+        scores = jnp.tanh(scores / cfg.logits_soft_cap) * cfg.logits_soft_cap
+    scores = jnp.where(key_mask[:, None, None, :, :], scores, -1e9)
+    weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype).reshape(B, H, G * T, -1)
+    return jnp.einsum("bhqs,bhsd->bhqd", weights, v).reshape(B, H, G, T, D)
+
+
+def _layer_forward(layer, x, pos_ids, k_cache, v_cache, write_at, key_mask, attend_len):
+    """One decoder layer over new tokens x[batch, position, embed]; writes their k/v at slot `write_at`.
+
+    Mirrors LlamaDecoderLayer.decode (pre-norm, residuals, optional hybrid post-norms), with dense attention over
+    the first `attend_len` cache slots.
+    """
+    residual = x
+    h = layer.input_layernorm(x)
+    attn: Attention = layer.self_attn
+    q, k, v = attn._compute_qkv(h, key=None, pos_ids=pos_ids)
+    q_axes = (BATCH, "kv_head", "q_heads_per_group", POS, "head_size")
+    kv_axes = (BATCH, "kv_head", POS, "head_size")
+    at = (0, 0, write_at, 0)
+    k_cache = jax.lax.dynamic_update_slice(k_cache, k.rearrange(kv_axes).array.astype(k_cache.dtype), at)
+    v_cache = jax.lax.dynamic_update_slice(v_cache, v.rearrange(kv_axes).array.astype(v_cache.dtype), at)
+    q_arr = q.rearrange(q_axes).array
+    out = _attend(
+        q_arr,
+        k_cache[:, :, :attend_len].astype(q_arr.dtype),
+        v_cache[:, :, :attend_len].astype(q_arr.dtype),
+        key_mask,
+        attn,
+    )
+    out = hax.named(out, tuple(q.resolve_axis(a) for a in q_axes))
+    out = out.flatten_axes(("kv_head", "q_heads_per_group"), "heads").astype(x.dtype)
+    attn_out = attn.o_proj(out, key=None)
+    if getattr(layer, "post_attn_layernorm", None) is not None:
+        attn_out = layer.post_attn_layernorm(attn_out)
+    x = residual + attn_out
+
+    residual = x
+    mlp_out = layer.mlp(layer.post_attention_layernorm(x), key=None)
+    if getattr(layer, "post_mlp_layernorm", None) is not None:
+        mlp_out = layer.post_mlp_layernorm(mlp_out)
+    return residual + mlp_out, k_cache, v_cache
+
+
+def _forward(model, tokens, positions, cache: KvCache, write_at, key_mask, attend_len: int, *, logits: bool):
+    """Run tokens[B,T] (RoPE positions[B,T]) through the model, writing their k/v at slots write_at..write_at+T-1.
+
+    Returns (f32 logits[B,T,V] or None, new cache).
+    """
+    ids = hax.named(tokens.astype(jnp.int32), (BATCH, POS))
+    pos_ids = hax.named(positions.astype(jnp.int32), (BATCH, POS))
+    x = model.embeddings.embed(ids)
+    new_k, new_v = [], []
+    for i, layer in enumerate(decoder_layers(model)):
+        x, k_i, v_i = _layer_forward(
+            layer, x, pos_ids, cache.k[i], cache.v[i], write_at, key_mask, attend_len
+        )
+        new_k.append(k_i)
+        new_v.append(v_i)
+    cache = KvCache(tuple(new_k), tuple(new_v))
+    if not logits:
+        return None, cache
+    x = model.transformer.norm(x)
+    out = model.lm_head(x, key=None) if model.lm_head is not None else model.embeddings.unembed(x)
+    return out.rearrange((BATCH, POS, model.Vocab.name)).array.astype(jnp.float32), cache
+
+
+def fill_cache(model, tokens: jax.Array, pad: jax.Array, cache: KvCache, length: int) -> KvCache:
+    """(Re)compute the k/v of slots [0, length) from tokens[B, >=length] (left padding pad[B]) under `model`.
+
+    Used for the prefill and, after a weight swap, to rebuild the cache of the sequences in flight.
+    Pad slots attend only to themselves (their outputs are never read) so no row of the softmax is empty.
+    """
+    slots = jnp.arange(length)
+    positions = jnp.maximum(slots[None, :] - pad[:, None], 0)
+    causal = slots[None, None, :] <= slots[None, :, None]  # [1, q, k]
+    real_key = slots[None, None, :] >= pad[:, None, None]  # [B, 1, k]
+    key_mask = (causal & real_key) | (slots[None, None, :] == slots[None, :, None])
+    _, cache = _forward(model, tokens[:, :length], positions, cache, 0, key_mask, length, logits=False)
+    return cache
+
+
+def decode_step(model, tokens_in: jax.Array, cur: jax.Array, pad: jax.Array, cache: KvCache):
+    """Feed tokens_in[B] at slot `cur` (scalar) and return (f32 next-token logits[B, V], new cache)."""
+    slots = jnp.arange(cache.num_slots)
+    positions = (cur - pad)[:, None]
+    key_mask = ((slots[None, :] <= cur) & (slots[None, :] >= pad[:, None]))[:, None, :]  # [B, 1, S]
+    logits, cache = _forward(
+        model, tokens_in[:, None], positions, cache, cur, key_mask, cache.num_slots, logits=True
+    )
+    return logits[:, 0], cache
