@@ -25,17 +25,21 @@ def hydra_run_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
-def spec_from_hydra(cfg: DictConfig) -> tuple[RunSpec, str]:
-    """Resolve and validate; returns the spec and the sweep objective. Exits with status 2 on a bad config."""
+def spec_from_hydra(cfg: DictConfig) -> tuple[RunSpec, str | None]:
+    """Resolve and validate; returns the spec and the sweep objective (None: not set). Exits 2 on a bad config."""
     container = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(container, dict)
     objective = container.pop("objective", None)  # set by conf/hparams_search/*, not part of the run itself
+    if objective is not None and (not isinstance(objective, str) or not objective.strip()):
+        print(f"error: objective must be a dotted metric name such as {DEFAULT_OBJECTIVE!r}, got {objective!r}",
+              file=sys.stderr)
+        sys.exit(2)
     try:
         spec = build_run_spec(container)
     except SpecError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    return spec, objective or DEFAULT_OBJECTIVE
+    return spec, objective
 
 
 def write_spec(spec: RunSpec, run_dir: Path) -> Path:
@@ -46,12 +50,38 @@ def write_spec(spec: RunSpec, run_dir: Path) -> Path:
 
 
 def lookup_metric(summary: dict[str, Any], dotted: str) -> float | None:
+    """summary["a"]["b"] for dotted="a.b" as a float; None if a key is missing or the value is not a number."""
     node: Any = summary
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
             return None
         node = node[part]
-    return float(node) if isinstance(node, (int, float)) else None
+    return float(node) if isinstance(node, (int, float)) and not isinstance(node, bool) else None
+
+
+def numeric_metrics(summary: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted names of every number in a summary: what an objective may name."""
+    names: list[str] = []
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            names += numeric_metrics(value, f"{prefix}{key}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            names.append(f"{prefix}{key}")
+    return names
+
+
+def objective_value(summary: dict[str, Any], objective: str | None, default: str, run_dir: Path) -> float | None:
+    """The value a sweeper optimises. A named objective must exist (a typo would otherwise sink the whole search
+    after its first trial with an unclear message); without one, the default metric or None."""
+    if objective is None:
+        return lookup_metric(summary, default)
+    value = lookup_metric(summary, objective)
+    if value is None:
+        raise KeyError(
+            f"objective {objective!r} is not a number in {run_dir / 'summary.json'}; "
+            f"numeric metrics there: {', '.join(numeric_metrics(summary))}"
+        )
+    return value
 
 
 def run_from_hydra(cfg: DictConfig) -> float | None:
@@ -71,7 +101,7 @@ def run_from_hydra(cfg: DictConfig) -> float | None:
         from marin_rl.orchestration import run_rl
 
         summary = run_rl(spec, run_dir)
-        return lookup_metric(summary, objective)
+        return objective_value(summary, objective, DEFAULT_OBJECTIVE, run_dir)
     if spec.mode == "sft":
         from marin_rl.sft import sft_main
 
@@ -88,5 +118,5 @@ def run_from_hydra(cfg: DictConfig) -> float | None:
         from marin_rl.orchestration import eval_main
 
         summary = eval_main(spec, run_dir)
-        return lookup_metric(summary, "eval.pass_at_1")
+        return objective_value(summary, objective, "eval.pass_at_1", run_dir)
     raise AssertionError(f"unhandled mode {spec.mode}")
