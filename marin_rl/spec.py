@@ -50,6 +50,8 @@ class ModelConfig(StrictModel):
     num_heads: int = Field(4, gt=0)
     num_kv_heads: int = Field(4, gt=0)
     init_checkpoint: str | None = None  # start from a marin-rl checkpoint or HF export directory
+    # apply the LM head in vocabulary chunks of this size when computing log-probs (None = whole vocab at once)
+    logprob_vocab_chunk: int | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _shape_checks(self) -> "ModelConfig":
@@ -227,6 +229,17 @@ class RunSpec(StrictModel):
             raise ValueError(
                 f"sampler.max_new_tokens={self.sampler.max_new_tokens} does not fit the model context "
                 f"model.max_seq_len={self.model.max_seq_len}; it must leave room for the prompt"
+            )
+        if self.loss.overlong.penalty and self.loss.overlong.buffer_len > self.sampler.max_new_tokens:
+            raise ValueError(
+                f"loss.overlong.buffer_len={self.loss.overlong.buffer_len} exceeds "
+                f"sampler.max_new_tokens={self.sampler.max_new_tokens}; the penalty ramp must fit in the response"
+            )
+        env_overlong = [c.resolved_name for c in self.env.components if c.reward.overlong.enabled]
+        if self.loss.overlong.penalty and env_overlong:
+            raise ValueError(
+                f"the overlong penalty is enabled twice: loss.overlong.penalty=true (loss={self.loss.name}) and "
+                f"env reward.overlong.enabled=true for {env_overlong}; it would be added twice, so enable one"
             )
         if self.resume not in ("never", "auto") and not self.resume:
             raise ValueError("resume must be 'never', 'auto' or a path to a run folder")

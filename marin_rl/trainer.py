@@ -1,0 +1,334 @@
+"""The RL trainer step: trainer-side log-probs, the configured policy loss, gradient accumulation, AdamW.
+
+Batches are fixed-shape [B, S] (B = train.batch_size; pad with `pad_train_batch`), so the step compiles once.
+Token layout (see `marin_rl.logprobs`): each row is prompt + response, left-aligned, right-padded with the pad id;
+`loss_mask[b, t] = 1` on response tokens, and `sampler_logp[b, t]` is the sampler's log-prob of tokens[b, t] at the
+SAME temperature the trainer uses (out[:, t] = log p(tokens[:, t] | tokens[:, :t])).
+
+One optimizer step per batch. Gradient accumulation: the batch is cut into train.micro_batch_size rows; every
+micro-batch uses the normalizer of the WHOLE batch (`batch_normalizer`), so the summed micro-batch losses and
+gradients equal the full-batch loss and gradient (and the objectives' metrics are additive the same way).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import equinox as eqx
+import haliax as hax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from marin_rl.logprobs import token_stats
+from marin_rl.models.policy import cast_floating, resolve_dtype
+from marin_rl.objectives import LossConfig, batch_normalizer, policy_loss
+from marin_rl.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
+
+
+class TrainBatch(eqx.Module):
+    """One optimizer step of rollouts, fixed shape [B, S] (rows: prompt + response, right-padded)."""
+
+    tokens: jax.Array  # int32[B, S]
+    loss_mask: jax.Array  # f32[B, S]: 1 on response tokens that count
+    advantages: jax.Array  # f32[B]: one advantage per response
+    sampler_logp: (
+        jax.Array
+    )  # f32[B, S]: sampler's log p(tokens[:, t] | tokens[:, :t]) at the sampling temperature
+    ref_logp: jax.Array | None = None  # f32[B, S]: reference-policy log-probs (KL term), optional
+
+
+class TrainerState(eqx.Module):
+    model: Any  # Levanter LmHeadModel (params in hardware.param_dtype)
+    opt_state: Any
+    step: jax.Array  # int32 scalar: optimizer steps taken
+    key: jax.Array  # PRNG key (uint32[2]) for anything stochastic on the trainer side
+
+
+def lr_schedule(opt_cfg: OptimizerConfig, total_steps: int) -> optax.Schedule:
+    """lr(s) = peak * (s+1)/W for s < W (linear warmup), then peak * f(p), p = (s-W)/(T-W) in [0, 1], with
+    f = 1 (constant), 1 - (1-r) p (linear) or r + (1-r)(1 + cos(pi p))/2 (cosine; Loshchilov & Hutter 2017), r =
+    min_lr_ratio."""
+    peak, ratio, warmup = opt_cfg.lr, opt_cfg.min_lr_ratio, opt_cfg.warmup_steps
+    decay_steps = max(total_steps - warmup, 1)
+    kind = opt_cfg.schedule
+
+    def schedule(step):
+        step = jnp.asarray(step, jnp.float32)
+        progress = jnp.clip((step - warmup) / decay_steps, 0.0, 1.0)
+        if kind == "constant":
+            factor = jnp.ones_like(progress)
+        elif kind == "linear":
+            factor = 1.0 - (1.0 - ratio) * progress
+        elif kind == "cosine":
+            factor = ratio + (1.0 - ratio) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+        else:
+            raise ValueError(
+                f"optimizer.schedule={kind!r} is not supported; allowed: constant, cosine, linear"
+            )
+        if warmup > 0:
+            factor = jnp.where(step < warmup, (step + 1.0) / warmup, factor)
+        return peak * factor
+
+    return schedule
+
+
+def _decay_mask(params: Any) -> Any:
+    """Weight decay on matrices only (not norm scales or biases); the stacked "layer" axis does not count."""
+
+    def is_matrix(x):
+        if isinstance(x, hax.NamedArray):
+            return len([a for a in x.axes if a.name != "layer"]) >= 2
+        return getattr(x, "ndim", 0) >= 2
+
+    return jax.tree.map(is_matrix, params, is_leaf=lambda x: isinstance(x, hax.NamedArray))
+
+
+def make_optimizer(opt_cfg: OptimizerConfig, total_steps: int) -> optax.GradientTransformation:
+    """AdamW (Loshchilov & Hutter 2019) on `lr_schedule`, after global-norm gradient clipping (max_grad_norm)."""
+    if opt_cfg.name != "adamw":
+        raise ValueError(f"optimizer.name={opt_cfg.name!r} is not supported; allowed: adamw")
+    adamw = optax.adamw(
+        learning_rate=lr_schedule(opt_cfg, total_steps),
+        b1=opt_cfg.beta1,
+        b2=opt_cfg.beta2,
+        eps=opt_cfg.eps,
+        weight_decay=opt_cfg.weight_decay,
+        mask=_decay_mask,
+    )
+    if opt_cfg.max_grad_norm is None:
+        return adamw
+    return optax.chain(optax.clip_by_global_norm(opt_cfg.max_grad_norm), adamw)
+
+
+def trainable(model: Any) -> Any:
+    """The floating-point leaves of a model (what the optimizer updates)."""
+    return eqx.filter(model, eqx.is_inexact_array)
+
+
+def pad_train_batch(batch: TrainBatch, batch_size: int, seq_len: int, pad_id: int = 0) -> TrainBatch:
+    """Pad a smaller batch to the fixed [batch_size, seq_len] (extra rows/columns: pad id, mask 0, advantage 0)."""
+    B, S = np.shape(batch.tokens)
+    if B > batch_size or S > seq_len:
+        raise ValueError(
+            f"batch of shape [{B}, {S}] does not fit the fixed trainer shape [{batch_size}, {seq_len}]"
+        )
+
+    def pad(x, value, dtype):
+        if x is None:
+            return None
+        x = np.asarray(x, dtype)
+        widths = [(0, batch_size - B)] + ([(0, seq_len - S)] if x.ndim == 2 else [])
+        return jnp.asarray(np.pad(x, widths, constant_values=value))
+
+    return TrainBatch(
+        tokens=pad(batch.tokens, pad_id, np.int32),
+        loss_mask=pad(batch.loss_mask, 0.0, np.float32),
+        advantages=pad(batch.advantages, 0.0, np.float32),
+        sampler_logp=pad(batch.sampler_logp, 0.0, np.float32),
+        ref_logp=pad(batch.ref_logp, 0.0, np.float32),
+    )
+
+
+class Trainer:
+    """Owns the optimizer and the jitted step; state lives in TrainerState so checkpoints are plain pytrees."""
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        opt_cfg: OptimizerConfig,
+        loss_cfg: LossConfig,
+        train_cfg: TrainConfig,
+        hardware_cfg: HardwareConfig,
+        sampler_temperature: float,
+        *,
+        vocab_chunk: int | None = None,
+        reference_model: Any = None,
+        total_steps: int | None = None,
+        donate_state: bool = False,
+    ):
+        if sampler_temperature <= 0:
+            raise ValueError(
+                f"sampler.temperature={sampler_temperature} must be > 0 to train (log-probs need a density)"
+            )
+        self.model_cfg, self.opt_cfg, self.loss_cfg = model_cfg, opt_cfg, loss_cfg
+        self.train_cfg, self.hardware_cfg = train_cfg, hardware_cfg
+        self.temperature = float(sampler_temperature)
+        self.vocab_chunk = vocab_chunk if vocab_chunk is not None else model_cfg.logprob_vocab_chunk
+        self.batch_size = train_cfg.batch_size
+        self.micro_batch_size = train_cfg.micro_batch_size or train_cfg.batch_size
+        if self.batch_size % self.micro_batch_size:
+            raise ValueError(
+                f"train.micro_batch_size={self.micro_batch_size} must divide train.batch_size={self.batch_size}"
+            )
+        self.compute_dtype = resolve_dtype(hardware_cfg.compute_dtype)
+        self.param_dtype = resolve_dtype(hardware_cfg.param_dtype)
+        self.total_steps = total_steps if total_steps is not None else max(train_cfg.steps, 1)
+        self.schedule = lr_schedule(opt_cfg, self.total_steps)
+        self.optimizer = make_optimizer(opt_cfg, self.total_steps)
+        if loss_cfg.kl.coef > 0 and reference_model is not None:
+            reference_model = cast_floating(reference_model, self.compute_dtype)
+        self.reference_model = reference_model
+        self.traces = 0  # times the loss/gradient pass was traced (== compiled): stays 1 at fixed shapes
+        # Two compiled pieces: the loss/gradient pass (shared by `grads` and `train_step`, so tests and tools
+        # never compile it twice) and the optimizer update.
+        self._grads = eqx.filter_jit(self._grads_entry)
+        self._apply = eqx.filter_jit(self._apply_impl, donate="all" if donate_state else "none")
+        self._logprobs = eqx.filter_jit(self._logprobs_impl)
+
+    # ---- state -----------------------------------------------------------------------------------------------
+    def init_state(self, model: Any, key: jax.Array | None = None) -> TrainerState:
+        """Fresh TrainerState: params cast to hardware.param_dtype, new optimizer state, step 0."""
+        model = cast_floating(model, self.param_dtype)
+        key = jax.random.PRNGKey(0) if key is None else key
+        state = TrainerState(model, self.optimizer.init(trainable(model)), jnp.zeros((), jnp.int32), key)
+        # Commit every leaf to the device: jit keys its executables on committed-ness, and restored checkpoints
+        # come back committed, so an uncommitted fresh state would cost a second compile after a resume.
+        return jax.device_put(state, jax.local_devices()[0])
+
+    # ---- log-probs -------------------------------------------------------------------------------------------
+    def _logprobs_impl(self, model, tokens):
+        return token_stats(
+            cast_floating(model, self.compute_dtype), tokens, self.temperature, self.vocab_chunk
+        ).logp
+
+    def logprobs(self, model: Any, tokens: jax.Array) -> jax.Array:
+        """Trainer-side log-probs f32[B, S] at the sampler temperature (e.g. reference or recompute passes)."""
+        return self._logprobs(model, jnp.asarray(tokens, jnp.int32))
+
+    # ---- the step --------------------------------------------------------------------------------------------
+    def _micro_loss(self, params, static, micro: TrainBatch, normalizer, ref_model):
+        cfg = self.loss_cfg
+        model = cast_floating(eqx.combine(params, static), self.compute_dtype)
+        stats = token_stats(model, micro.tokens, self.temperature, self.vocab_chunk)
+        # One optimizer step per batch, so the pre-update trainer log-probs ARE this forward's values.
+        old_logp = (
+            micro.sampler_logp if cfg.ratio_baseline == "sampler" else jax.lax.stop_gradient(stats.logp)
+        )
+        ref_logp = micro.ref_logp
+        if ref_logp is None and ref_model is not None:
+            ref_logp = jax.lax.stop_gradient(
+                token_stats(ref_model, micro.tokens, self.temperature, self.vocab_chunk).logp
+            )
+        entropy = stats.entropy if cfg.entropy_coef != 0 else jax.lax.stop_gradient(stats.entropy)
+        return policy_loss(
+            stats.logp,
+            old_logp,
+            micro.sampler_logp,
+            micro.advantages,
+            micro.loss_mask,
+            cfg,
+            normalizer,
+            ref_logp=ref_logp,
+            entropy=entropy,
+        )
+
+    def _grads_impl(self, params, static, batch: TrainBatch, ref_model):
+        """(grads, metrics) of the whole batch, accumulated over micro-batches that share its normalizer."""
+        normalizer = batch_normalizer(batch.loss_mask, self.loss_cfg.fixed_budget)
+        grad_fn = jax.grad(self._micro_loss, has_aux=True)
+        n_micro = self.batch_size // self.micro_batch_size
+        if n_micro == 1:
+            return grad_fn(params, static, batch, normalizer, ref_model)
+
+        micro_batches = jax.tree.map(
+            lambda x: x.reshape((n_micro, self.micro_batch_size) + x.shape[1:]), batch
+        )
+
+        def accumulate(carry, micro):
+            grads_sum, metrics_sum = carry
+            grads, metrics = grad_fn(params, static, micro, normalizer, ref_model)
+            return (
+                jax.tree.map(jnp.add, grads_sum, grads),
+                jax.tree.map(jnp.add, metrics_sum, metrics),
+            ), None
+
+        first = jax.tree.map(lambda x: x[0], micro_batches)
+        metrics_shape = jax.eval_shape(lambda m: grad_fn(params, static, m, normalizer, ref_model)[1], first)
+        zeros = (
+            jax.tree.map(jnp.zeros_like, params),
+            jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metrics_shape),
+        )
+        (grads, metrics), _ = jax.lax.scan(accumulate, zeros, micro_batches)
+        return grads, metrics
+
+    def _grads_entry(self, model, batch: TrainBatch, ref_model):
+        self.traces += 1  # python side effect: runs only while tracing
+        params, static = eqx.partition(model, eqx.is_inexact_array)
+        grads, metrics = self._grads_impl(params, static, batch, ref_model)
+        metrics = dict(metrics)
+        metrics["train/tokens"] = batch.loss_mask.sum()
+        metrics["train/sequences"] = (batch.loss_mask.sum(-1) > 0).sum().astype(jnp.float32)
+        return grads, metrics
+
+    def _apply_impl(self, state: TrainerState, grads):
+        """AdamW update of the trainable leaves; returns (new state, optimizer metrics)."""
+        params, static = eqx.partition(state.model, eqx.is_inexact_array)
+        updates, opt_state = self.optimizer.update(grads, state.opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        metrics = {
+            "train/grad_norm": optax.global_norm(grads),
+            "train/update_norm": optax.global_norm(updates),
+            "train/lr": self.schedule(state.step),
+        }
+        return TrainerState(eqx.combine(new_params, static), opt_state, state.step + 1, state.key), metrics
+
+    def check_batch(self, batch: TrainBatch) -> None:
+        """Shape/dtype checks with messages naming the field (before jit, so errors are readable)."""
+        B, S = batch.tokens.shape
+        if B != self.batch_size:
+            raise ValueError(
+                f"batch has {B} rows; the trainer is fixed to train.batch_size={self.batch_size} "
+                "(use pad_train_batch)"
+            )
+        if S > self.model_cfg.max_seq_len:
+            raise ValueError(
+                f"batch sequence length {S} exceeds model.max_seq_len={self.model_cfg.max_seq_len}"
+            )
+        for name in ("loss_mask", "sampler_logp", "ref_logp"):
+            value = getattr(batch, name)
+            if value is not None and value.shape != (B, S):
+                raise ValueError(f"TrainBatch.{name} has shape {value.shape}, expected {(B, S)}")
+        if batch.advantages.shape != (B,):
+            raise ValueError(f"TrainBatch.advantages has shape {batch.advantages.shape}, expected {(B,)}")
+        if not jnp.issubdtype(batch.tokens.dtype, jnp.integer):
+            raise ValueError(f"TrainBatch.tokens must be integers, got {batch.tokens.dtype}")
+        if self.loss_cfg.kl.coef > 0 and batch.ref_logp is None and self.reference_model is None:
+            raise ValueError(
+                f"loss.kl.coef={self.loss_cfg.kl.coef} > 0 needs TrainBatch.ref_logp or a reference_model"
+            )
+
+    def _prepare(self, batch: TrainBatch) -> tuple[TrainBatch, Any]:
+        self.check_batch(batch)
+        batch = TrainBatch(
+            tokens=jnp.asarray(batch.tokens, jnp.int32),
+            loss_mask=jnp.asarray(batch.loss_mask, jnp.float32),
+            advantages=jnp.asarray(batch.advantages, jnp.float32),
+            sampler_logp=jnp.asarray(batch.sampler_logp, jnp.float32),
+            ref_logp=None if batch.ref_logp is None else jnp.asarray(batch.ref_logp, jnp.float32),
+        )
+        ref_model = self.reference_model if (self.loss_cfg.kl.coef > 0 and batch.ref_logp is None) else None
+        return batch, ref_model
+
+    def grads(self, model: Any, batch: TrainBatch) -> tuple[Any, dict[str, jax.Array]]:
+        """(gradients of the loss w.r.t. the trainable leaves, metrics) without updating anything."""
+        batch, ref_model = self._prepare(batch)
+        return self._grads(model, batch, ref_model)
+
+    def train_step(self, state: TrainerState, batch: TrainBatch) -> tuple[TrainerState, dict[str, float]]:
+        """One optimizer step; metrics are python floats (loss/* from the objective, train/* from here).
+
+        A non-finite loss raises FloatingPointError BEFORE the update, so `state` is still the last good one.
+        """
+        batch, ref_model = self._prepare(batch)
+        grads, metrics = self._grads(state.model, batch, ref_model)
+        loss = float(metrics["loss/total"])
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"non-finite loss {loss} at step {int(state.step) + 1}; update not applied"
+            )
+        state, update_metrics = self._apply(state, grads)
+        metrics = {k: float(v) for k, v in jax.device_get({**metrics, **update_metrics}).items()}
+        return state, metrics
