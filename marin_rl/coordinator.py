@@ -1,0 +1,45 @@
+"""The coordinator: a tiny Ray actor holding run state that every other actor reads (no heavy data)."""
+
+from __future__ import annotations
+
+import time
+
+from marin_rl.weight_sync import WeightPacket
+
+
+class Coordinator:
+    def __init__(self):
+        self.packet: WeightPacket | None = None
+        self.stop_reason: str | None = None
+        self.heartbeats: dict[int, tuple[float, str]] = {}
+        self.worker_errors: list[str] = []
+
+    def publish_weights(self, packet: WeightPacket) -> None:
+        if self.packet is None or packet.version >= self.packet.version:
+            self.packet = packet
+
+    def weights_newer_than(self, version: int) -> WeightPacket | None:
+        return self.packet if self.packet is not None and self.packet.version > version else None
+
+    def latest_version(self) -> int:
+        return -1 if self.packet is None else self.packet.version
+
+    def request_stop(self, reason: str) -> None:
+        self.stop_reason = self.stop_reason or reason
+
+    def should_stop(self) -> bool:
+        return self.stop_reason is not None
+
+    def heartbeat(self, worker_id: int, status: str) -> None:
+        self.heartbeats[worker_id] = (time.time(), status)
+
+    def report_error(self, message: str) -> None:
+        self.worker_errors.append(message)
+
+    def state(self) -> dict:
+        return {
+            "version": self.latest_version(),
+            "stop_reason": self.stop_reason,
+            "heartbeats": {k: {"age_s": time.time() - t, "status": s} for k, (t, s) in self.heartbeats.items()},
+            "worker_errors": list(self.worker_errors[-5:]),
+        }

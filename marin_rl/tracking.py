@@ -1,0 +1,167 @@
+"""Tracking: metrics.jsonl, summary.json, PNG curves, wandb (offline by default), console progress and summary."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+PLOTTED = [  # (metric key, title) of the curves written as PNGs at the end of a run
+    ("reward/mean", "mean reward"),
+    ("train/pass_rate", "train pass rate"),
+    ("eval/pass_at_1", "eval pass@1"),
+    ("loss/total", "loss"),
+    ("rollout/response_len_mean", "response length (tokens)"),
+    ("loss/entropy", "policy entropy (nats / token)"),
+    ("loss/clip_frac_high", "clip fraction (high side)"),
+    ("train/grad_norm", "gradient norm"),
+    ("throughput/tokens_per_second", "sampled tokens / s"),
+]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else (1e308 if value > 0 else -1e308)
+    if hasattr(value, "item"):
+        return _jsonable(value.item())
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class MetricsLog:
+    """Append-only `metrics.jsonl`, one line per step; on resume, lines past the restored step are dropped."""
+
+    def __init__(self, run_dir: Path, resume_from_step: int | None = None):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        if resume_from_step is not None and self.path.exists():
+            kept = [row for row in read_metrics(self.path) if row.get("step", 0) <= resume_from_step]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        elif resume_from_step is None and self.path.exists():
+            self.path.unlink()
+
+    def write(self, row: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(_jsonable(row)) + "\n")
+            f.flush()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a killed run
+    return rows
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
+    path = Path(run_dir) / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_jsonable(summary), indent=2))
+    os.replace(tmp, path)
+    return path
+
+
+def plot_curves(run_dir: Path, rows: list[dict[str, Any]]) -> list[Path]:
+    """One PNG per metric that has data (`curves_<name>.png`) plus an overview grid `curves.png`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = []
+    for key, title in PLOTTED:
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and "step" in r]
+        if pts:
+            series.append((key, title, pts))
+    if not series:
+        return []
+    cols = 2
+    nrows = math.ceil(len(series) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(10, 3 * nrows), squeeze=False)
+    for ax, (_key, title, pts) in zip(axes.flat, series):
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(series):]:
+        ax.axis("off")
+    fig.tight_layout()
+    out = Path(run_dir) / "curves.png"
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return [out]
+
+
+class WandbLogger:
+    """wandb in the run folder; offline unless tracking.wandb_mode=online. Failures never stop a run."""
+
+    def __init__(self, run_dir: Path, mode: str, project: str, entity: str | None, name: str, config: dict):
+        self.run = None
+        if mode == "disabled":
+            return
+        try:
+            import wandb
+
+            self.run = wandb.init(
+                project=project, entity=entity, name=name, config=config, dir=str(run_dir), mode=mode,
+                reinit="finish_previous", settings=wandb.Settings(console="off", silent=True),
+            )
+        except Exception as err:  # tracking must not take a run down
+            logger.warning("wandb init failed (%s); continuing without wandb", err)
+
+    def log(self, row: dict[str, Any]) -> None:
+        if self.run is not None:
+            self.run.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=int(row["step"]))
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        if self.run is not None:
+            for k, v in _flatten(summary).items():
+                self.run.summary[k] = v
+            self.run.finish()
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, (int, float, str, bool)):
+            out[key] = v
+    return out
+
+
+def format_summary_table(summary: dict[str, Any]) -> str:
+    """A small fixed-width table for the console at the end of a run."""
+    before = summary.get("eval_before_rl") or {}
+    after = summary.get("eval_after_rl") or {}
+
+    def ci(e: dict) -> str:
+        if "pass_at_1" not in e:
+            return "-"
+        return f"{e['pass_at_1']:.3f} [{e.get('pass_at_1_ci_low', float('nan')):.3f}, {e.get('pass_at_1_ci_high', float('nan')):.3f}]"
+
+    rows = [
+        ("status", summary.get("status", "?")),
+        ("steps", summary.get("steps", "?")),
+        ("wall time", f"{summary.get('wall_seconds', 0):.1f} s"),
+        ("sampled tokens/s", f"{summary.get('tokens_per_second', 0):.0f}"),
+        ("eval pass@1 before RL", ci(before)),
+        ("eval pass@1 after RL", ci(after)),
+    ]
+    if "pass_at_1" in before and "pass_at_1" in after:
+        rows.append(("gain", f"{after['pass_at_1'] - before['pass_at_1']:+.3f}"))
+    width = max(len(k) for k, _ in rows)
+    line = "-" * (width + 40)
+    return "\n".join([line, *[f"{k:<{width}}  {v}" for k, v in rows], line])

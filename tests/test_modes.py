@@ -1,0 +1,44 @@
+"""The non-RL modes through launch.py: SFT warm-start -> HF export -> synthetic data -> evaluation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from marin_rl.checkpoint import latest_checkpoint
+from tests.e2e import ROOT, launch, run_env
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_sft_export_generate_eval(tmp_path):
+    sft_dir, hf_dir = tmp_path / "sft", tmp_path / "hf"
+    out = launch("mode=sft", "recipe=quickstart", "train.steps=5", f"hydra.run.dir={sft_dir}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    ckpt = latest_checkpoint(sft_dir / "checkpoints")
+    assert ckpt is not None
+
+    exp = subprocess.run([sys.executable, "-m", "marin_rl.export", "--checkpoint", str(ckpt), "--out", str(hf_dir)],
+                         cwd=ROOT, env=run_env(), capture_output=True, text=True, timeout=300)
+    assert exp.returncode == 0, exp.stderr[-3000:]
+    config = json.loads((hf_dir / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert (hf_dir / "model.safetensors").exists() and (hf_dir / "tokenizer.json").exists()
+
+    gen_dir = tmp_path / "gen"
+    out = launch("mode=generate", "recipe=quickstart", f"model.init_checkpoint={hf_dir}", "generate.num_prompts=8",
+                 "generate.n=2", "generate.keep=all", f"hydra.run.dir={gen_dir}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [json.loads(line) for line in (gen_dir / "synthetic.jsonl").read_text().splitlines()]
+    assert len(lines) == 16
+    assert {"prompt", "response", "reward", "correct", "prompt_tokens", "response_tokens"} <= set(lines[0])
+
+    eval_dir = tmp_path / "eval"
+    out = launch("mode=eval", "recipe=quickstart", f"model.init_checkpoint={ckpt}", "train.eval_prompts=16",
+                 f"hydra.run.dir={eval_dir}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((eval_dir / "summary.json").read_text())
+    assert summary["eval"]["n_problems"] == 16 and 0 <= summary["eval"]["pass_at_1"] <= 1
