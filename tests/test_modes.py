@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from e2e import ROOT, launch, run_env
 
 from marin_rl.checkpoint import latest_checkpoint
-from tests.e2e import ROOT, launch, run_env
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -6,9 +6,9 @@ import os
 import signal
 
 import pytest
+from e2e import SHORT_RUN, kill_group, launch, metrics, start, summary, wait_for
 
 from marin_rl.checkpoint import checkpoint_step, latest_checkpoint, list_checkpoints
-from tests.e2e import SHORT_RUN, kill_group, launch, metrics, start, summary, wait_for
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 import pytest
-
-from tests.e2e import ROOT, SHORT_RUN, launch, run_env
+from e2e import ROOT, SHORT_RUN, launch, run_env
 
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]  # 4 full runs: make test-slow
 
