@@ -177,6 +177,7 @@ def test_every_conf_env_yaml_validates_and_builds(shared_data_dir, tmp_path):
     overrides = {
         "math500": [f"data_dir={shared_data_dir}", "components.0.split_from_test=true"],
         "gsm8k": [f"data_dir={shared_data_dir}"],
+        "math_mix": [f"data_dir={shared_data_dir}", "components.0.split_from_test=true"],
         "classification": [f"components.0.path={labelled}"],
     }
     names = sorted(path.stem for path in CONF_ENV.glob("*.yaml"))
