@@ -164,8 +164,10 @@ class RolloutWorker:
             if inflight:
                 self._try_pull_weights()
                 fresh = ray.get(self.trainer.fresh_groups.remote())
-                if fresh >= 2 * groups_per_round * self.spec.hardware.num_rollout_workers:
-                    time.sleep(0.05)  # back-pressure: the trainer has enough to chew on
+                if fresh >= groups_per_round * self.spec.hardware.num_rollout_workers:
+                    # Back-pressure: one full batch is already waiting. Generating while the trainer trains on
+                    # it keeps both busy, and the next weights arrive mid-generation (an in-flight swap).
+                    time.sleep(0.02)
                     continue
             else:
                 self._wait_for_weights(last_round_version)
