@@ -333,6 +333,30 @@ def test_missing_data_fails_fast_with_a_hint(monkeypatch):
         assert time.monotonic() - started < 10
 
 
+def test_hub_rows_become_records_like_local_lines(monkeypatch):
+    """The hub path (no network: `load_hub_rows` answers from memory) builds the same records as local files:
+    MATH rows without a recoverable answer are skipped, a malformed GSM8K row is an error naming the row."""
+    from marin_rl.environments import data
+    from marin_rl.environments.config import HubDatasetConfig
+
+    rows = {
+        "math-test": [{"problem": "1+1?", "answer": "2", "level": "Level 1"}, {"problem": "no answer"}],
+        "math-train": [{"problem": "1+1?", "solution": "\\boxed{2}"}, {"problem": "2+2?", "solution": "\\boxed{4}"}],
+        "gsm-test": [{"question": "q", "answer": "work\n#### 7"}],
+        "gsm-train": [{"question": "q2", "answer": "no final line"}],
+    }
+    monkeypatch.setattr(data, "load_hub_rows", lambda hub, timeout_s, kind: rows[hub.path])
+    hub = lambda path: HubDatasetConfig(path=path, split="x")  # noqa: E731
+
+    train, test = data.load_math(None, False, hub("math-test"), hub("math-train"), 1.0)
+    assert [(r.id, r.gold, r.level) for r in test] == [("math-test/0", "2", "1")]
+    assert [r.question for r in train] == ["2+2?"]  # "1+1?" is a test problem, removed from train
+    _, test = data.load_gsm8k(None, True, hub("gsm-test"), hub("gsm-train"), 1.0)
+    assert [(r.id, r.gold) for r in test] == [("gsm8k-test/0", "7")]
+    with pytest.raises(ValueError, match=r"gsm-train\[0\].*####"):
+        data.load_gsm8k(None, False, hub("gsm-test"), hub("gsm-train"), 1.0)
+
+
 def test_bad_jsonl_line_is_reported_with_its_number(tmp_path):
     good = {"question": "q", "answer": "work\n#### 5"}
     lines = [json.dumps(good), json.dumps(good), "{not json", json.dumps(good)]

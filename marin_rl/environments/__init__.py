@@ -10,7 +10,7 @@ from marin_rl.environments.base import Environment, Problem, Score
 from marin_rl.environments.classification import ClassificationEnvironment
 from marin_rl.environments.config import EnvComponentConfig, EnvConfig, RewardConfig
 from marin_rl.environments.data import DataUnavailableError, resolve_data_dir
-from marin_rl.environments.data_envs import Gsm8kEnvironment, Math500Environment, build_gsm8k, build_math500
+from marin_rl.environments.data_envs import Gsm8kEnvironment, Math500Environment, build_dataset_environment
 from marin_rl.environments.grading import LazyGradingPool
 from marin_rl.environments.mixture import MixtureEnvironment
 from marin_rl.environments.mock import MockEnvironment
@@ -30,11 +30,7 @@ def build_component(
     if config.kind == "classification":
         return ClassificationEnvironment(config, seed)
     data_dir = resolve_data_dir(config.data_dir, env_data_dir, config.kind)
-    if config.kind == "math500":
-        return build_math500(config, data_dir, pool, seed)
-    if config.kind == "gsm8k":
-        return build_gsm8k(config, data_dir, pool, seed)
-    raise ValueError(f"unknown environment kind {config.kind!r}")  # unreachable: the config validates kinds
+    return build_dataset_environment(config, data_dir, pool, seed)
 
 
 def build_environment(env_cfg: EnvConfig, seed: int) -> Environment:

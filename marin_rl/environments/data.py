@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -122,6 +122,69 @@ def load_hub_rows(hub: HubDatasetConfig, timeout_s: float, kind: str) -> list[di
     return [dict(row) for row in dataset]
 
 
+# ------------------------------------------------------------------------------------ local or hub splits
+@dataclass(frozen=True)
+class DatasetFormat:
+    """How one dataset's rows become Records, and what to tell a user whose train file is missing."""
+
+    kind: str  # environment kind, used in messages
+    id_prefix: str  # record ids are <id_prefix>-<split>/<line or row index>
+    required: tuple[str, ...]  # string fields every local row must have
+    make_record: Callable[[dict, str, str], Record]  # (row, id, where) -> Record; ValueError names `where`
+    train_file_hint: str  # what belongs in <data_dir>/train.jsonl
+    skip_bad_hub_rows: bool  # published rows without a gradable answer are skipped (and counted), not fatal
+
+
+def _records_from_file(fmt: DatasetFormat, path: Path, split: str) -> list[Record]:
+    return [
+        fmt.make_record(row, f"{fmt.id_prefix}-{split}/{line_number}", f"{path}:{line_number}")
+        for line_number, row in read_jsonl(path, required=fmt.required)
+    ]
+
+
+def _records_from_hub(
+    fmt: DatasetFormat, hub: HubDatasetConfig, timeout_s: float, split: str
+) -> list[Record]:
+    records, skipped = [], 0
+    for index, row in enumerate(load_hub_rows(hub, timeout_s, fmt.kind)):
+        try:
+            records.append(fmt.make_record(row, f"{fmt.id_prefix}-{split}/{index}", f"{hub.path}[{index}]"))
+        except (KeyError, ValueError):
+            if not fmt.skip_bad_hub_rows:
+                raise
+            skipped += 1
+    if skipped:
+        logger.warning("%s: skipped %d rows of %s without an answer", fmt.kind, skipped, hub.path)
+    return records
+
+
+def load_splits(
+    fmt: DatasetFormat,
+    data_dir: str | None,
+    split_from_test: bool,
+    hub_test: HubDatasetConfig,
+    hub_train: HubDatasetConfig,
+    hub_timeout_s: float,
+) -> tuple[list[Record] | None, list[Record]]:
+    """(train, test) from <data_dir>/{train,test}.jsonl, else from the hub; train is None when split_from_test."""
+    if data_dir is None:
+        test = _records_from_hub(fmt, hub_test, hub_timeout_s, "test")
+        if split_from_test:
+            return None, test
+        return _records_from_hub(fmt, hub_train, hub_timeout_s, "train"), test
+    directory = Path(data_dir)
+    test = _records_from_file(fmt, directory / "test.jsonl", "test")
+    if split_from_test:
+        return None, test
+    train_path = directory / "train.jsonl"
+    if not train_path.is_file():
+        raise DataUnavailableError(
+            f"{fmt.kind}: {train_path} not found. Add {fmt.train_file_hint} there, or set "
+            f"env.components.N.split_from_test=true to train and evaluate on disjoint splits of test.jsonl."
+        )
+    return _records_from_file(fmt, train_path, "train"), test
+
+
 # ----------------------------------------------------------------------------------------------- math500
 def _math_record(row: dict, row_id: str, where: str) -> Record:
     answer = row.get("answer")
@@ -139,23 +202,14 @@ def _math_record(row: dict, row_id: str, where: str) -> Record:
     )
 
 
-def _math_records_from_file(path: Path, split: str) -> list[Record]:
-    return [
-        _math_record(row, f"math-{split}/{line_number}", f"{path}:{line_number}")
-        for line_number, row in read_jsonl(path, required=("problem",))
-    ]
-
-
-def _math_records_from_hub(hub: HubDatasetConfig, timeout_s: float, split: str) -> list[Record]:
-    records, skipped = [], 0
-    for index, row in enumerate(load_hub_rows(hub, timeout_s, "math500")):
-        try:
-            records.append(_math_record(row, f"math-{split}/{index}", f"{hub.path}[{index}]"))
-        except (KeyError, ValueError):
-            skipped += 1  # a published row without a recoverable answer cannot be graded
-    if skipped:
-        logger.warning("math500: skipped %d rows of %s without an answer", skipped, hub.path)
-    return records
+MATH_FORMAT = DatasetFormat(
+    kind="math500",
+    id_prefix="math",
+    required=("problem",),
+    make_record=_math_record,
+    train_file_hint="a MATH train file",
+    skip_bad_hub_rows=True,
+)
 
 
 def load_math(
@@ -166,23 +220,9 @@ def load_math(
     hub_timeout_s: float,
 ) -> tuple[list[Record] | None, list[Record]]:
     """(train, test) for MATH-500; train is MATH train minus the test problems, None when split_from_test."""
-    if data_dir is not None:
-        directory = Path(data_dir)
-        test = _math_records_from_file(directory / "test.jsonl", "test")
-        if split_from_test:
-            return None, test
-        train_path = directory / "train.jsonl"
-        if not train_path.is_file():
-            raise DataUnavailableError(
-                f"math500: {train_path} not found. Add a MATH train file there, or set "
-                f"env.components.N.split_from_test=true to train and evaluate on disjoint splits of test.jsonl."
-            )
-        train = _math_records_from_file(train_path, "train")
-    else:
-        test = _math_records_from_hub(hub_test, hub_timeout_s, "test")
-        if split_from_test:
-            return None, test
-        train = _math_records_from_hub(hub_train, hub_timeout_s, "train")
+    train, test = load_splits(MATH_FORMAT, data_dir, split_from_test, hub_test, hub_train, hub_timeout_s)
+    if train is None:
+        return None, test
     held_out = {_problem_key(record.question) for record in test}
     kept = [record for record in train if _problem_key(record.question) not in held_out]
     logger.info(
@@ -213,11 +253,14 @@ def _gsm8k_record(row: dict, row_id: str, where: str) -> Record:
     )
 
 
-def _gsm8k_records_from_file(path: Path, split: str) -> list[Record]:
-    return [
-        _gsm8k_record(row, f"gsm8k-{split}/{line_number}", f"{path}:{line_number}")
-        for line_number, row in read_jsonl(path, required=("question", "answer"))
-    ]
+GSM8K_FORMAT = DatasetFormat(
+    kind="gsm8k",
+    id_prefix="gsm8k",
+    required=("question", "answer"),
+    make_record=_gsm8k_record,
+    train_file_hint="the GSM8K train file",
+    skip_bad_hub_rows=False,  # every published GSM8K row has a '#### n' answer; a bad one means a wrong dataset
+)
 
 
 def load_gsm8k(
@@ -228,27 +271,7 @@ def load_gsm8k(
     hub_timeout_s: float,
 ) -> tuple[list[Record] | None, list[Record]]:
     """(train, test) for GSM8K; train None when split_from_test."""
-    if data_dir is not None:
-        directory = Path(data_dir)
-        test = _gsm8k_records_from_file(directory / "test.jsonl", "test")
-        if split_from_test:
-            return None, test
-        train_path = directory / "train.jsonl"
-        if not train_path.is_file():
-            raise DataUnavailableError(
-                f"gsm8k: {train_path} not found. Add the GSM8K train file there, or set "
-                f"env.components.N.split_from_test=true to train and evaluate on disjoint splits of test.jsonl."
-            )
-        return _gsm8k_records_from_file(train_path, "train"), test
-    test_rows = load_hub_rows(hub_test, hub_timeout_s, "gsm8k")
-    test = [_gsm8k_record(row, f"gsm8k-test/{i}", f"{hub_test.path}[{i}]") for i, row in enumerate(test_rows)]
-    if split_from_test:
-        return None, test
-    train_rows = load_hub_rows(hub_train, hub_timeout_s, "gsm8k")
-    train = [
-        _gsm8k_record(row, f"gsm8k-train/{i}", f"{hub_train.path}[{i}]") for i, row in enumerate(train_rows)
-    ]
-    return train, test
+    return load_splits(GSM8K_FORMAT, data_dir, split_from_test, hub_test, hub_train, hub_timeout_s)
 
 
 def resolve_data_dir(component_dir: str | None, env_dir: str | None, kind: str) -> str | None:

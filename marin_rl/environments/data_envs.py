@@ -133,21 +133,19 @@ class Gsm8kEnvironment(DatasetEnvironment):
         return gsm8k_format_ok(response), final_answer_candidate(response)
 
 
-def build_math500(
-    config: Math500ComponentConfig, data_dir: str | None, pool: LazyGradingPool, seed: int
-) -> Math500Environment:
-    train, test = load_math(
+def build_dataset_environment(
+    config: Math500ComponentConfig | Gsm8kComponentConfig,
+    data_dir: str | None,
+    pool: LazyGradingPool,
+    seed: int,
+) -> DatasetEnvironment:
+    """The math500 or gsm8k environment of a component: load (local or hub), split, wrap."""
+    load, env_class = _DATASET_KINDS[config.kind]
+    train, test = load(
         data_dir, config.split_from_test, config.hub_test, config.hub_train, config.hub_timeout_s
     )
     train, evaluation = split_records(train, test, config.eval_fraction, config.split_seed)
-    return Math500Environment(config, train, evaluation, pool, seed)
+    return env_class(config, train, evaluation, pool, seed)
 
 
-def build_gsm8k(
-    config: Gsm8kComponentConfig, data_dir: str | None, pool: LazyGradingPool, seed: int
-) -> Gsm8kEnvironment:
-    train, test = load_gsm8k(
-        data_dir, config.split_from_test, config.hub_test, config.hub_train, config.hub_timeout_s
-    )
-    train, evaluation = split_records(train, test, config.eval_fraction, config.split_seed)
-    return Gsm8kEnvironment(config, train, evaluation, pool, seed)
+_DATASET_KINDS = {"math500": (load_math, Math500Environment), "gsm8k": (load_gsm8k, Gsm8kEnvironment)}
