@@ -16,6 +16,7 @@ from typing import Any
 
 from marin_rl.spec import RunSpec
 from marin_rl.tracking import (
+    WALL_BEFORE_RESUME,
     MetricsLog,
     WandbLogger,
     format_summary_table,
@@ -261,7 +262,7 @@ class RunDriver:
             "status": "completed",
             "error": None,
             "steps": step,
-            "wall_seconds": time.monotonic() - self.t0 + extra.get("wall_seconds_before_resume", 0.0),
+            "wall_seconds": time.monotonic() - self.t0 + extra.get(WALL_BEFORE_RESUME, 0.0),
             "tokens_per_second": sampled_tokens / sampling_seconds if sampling_seconds else 0.0,
             "eval_before_rl": eval_before,
             "eval_after_rl": eval_after,

@@ -11,6 +11,8 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+WALL_BEFORE_RESUME = "wall_seconds_before_resume"  # checkpoint extra: run seconds up to that checkpoint
+
 PLOTTED = [  # (metric key, title) of the curves written as PNGs at the end of a run
     ("reward/mean", "mean reward"),
     ("train/pass_rate", "train pass rate"),

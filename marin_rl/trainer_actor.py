@@ -23,6 +23,7 @@ from marin_rl.models.policy import build_policy
 from marin_rl.replay_buffer import ReplayBuffer
 from marin_rl.rollouts import RolloutGroup, pack_groups
 from marin_rl.spec import RunSpec
+from marin_rl.tracking import WALL_BEFORE_RESUME
 from marin_rl.trainer import TrainBatch, Trainer, pad_train_batch
 from marin_rl.weight_sync import make_channel, model_to_arrays
 
@@ -58,6 +59,7 @@ class NaNLossError(RuntimeError):
     """The loss went non-finite; the update was not applied and the last checkpoint is intact."""
 
 
+
 class TrainerActor:
     def __init__(self, spec: dict, run_dir: str, coordinator: Any, weights_dir: str | None):
         self.spec = RunSpec.model_validate(spec)
@@ -72,6 +74,8 @@ class TrainerActor:
         )
         self.state = self.trainer.init_state(model, jax.random.PRNGKey(s.seed + 1))
         self.extra: dict[str, Any] = {}
+        self.started = time.monotonic()
+        self.wall_before_resume = 0.0  # run time already spent before the checkpoint this run resumed from
         self.buffer = ReplayBuffer(
             s.rollout.replay.capacity, s.rollout.replay.max_reuse,
             0 if s.rollout.mode == "sync" else s.rollout.max_staleness,
@@ -92,6 +96,7 @@ class TrainerActor:
         ckpt = self._checkpoint_to_resume()
         if ckpt is not None:
             self.state, self.extra = restore_checkpoint(ckpt, self.state)
+            self.wall_before_resume = float(self.extra.get(WALL_BEFORE_RESUME, 0.0))
             resumed_from = str(ckpt)
             logger.info("resumed from %s at step %d", ckpt, self.version)
         elif self.spec.sft.warmstart and self.spec.sft.steps > 0:
@@ -139,8 +144,11 @@ class TrainerActor:
         return time.monotonic() - t0
 
     def checkpoint(self) -> str:
+        wall = self.wall_before_resume + time.monotonic() - self.started  # so a resumed run's wall time adds up
         path = save_checkpoint(
-            checkpoint_path(self.ckpt_dir, self.version), self.state, {**self.extra, "step": self.version},
+            checkpoint_path(self.ckpt_dir, self.version),
+            self.state,
+            {**self.extra, "step": self.version, WALL_BEFORE_RESUME: wall},
             model_config=self.spec.model, keep=self.spec.train.keep_checkpoints,
         )
         return str(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -74,11 +75,14 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
     finally:
         kill_group(proc)
     assert not (tmp_path / "summary.json").exists() or summary(tmp_path)["status"] != "completed"
+    extra = json.loads((latest_checkpoint(tmp_path / "checkpoints") / "extra.json").read_text())
+    wall_before_kill = extra["wall_seconds_before_resume"]
     out = launch(*args, "resume=auto")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "resumed from" in out.stdout and "at step 2" in out.stdout
     s = summary(tmp_path)
     assert s["status"] == "completed" and s["steps"] == 5 and s["resumed_from"]
+    assert 0 < wall_before_kill < s["wall_seconds"]  # wall time counts the killed part up to its checkpoint too
     steps = [r["step"] for r in metrics(tmp_path)]
     assert steps == sorted(set(steps)) and steps[-1] == 5 and steps[0] == 1
 
