@@ -380,7 +380,7 @@ def write_plots(report: Report, out_dir: Path) -> dict[str, Path]:
             markers.append((0.0, before.mean, "o", "eval before RL"))
         if after.n and not math.isnan(group.steps_mean):
             markers.append((group.steps_mean, after.mean, "*", "eval after RL"))
-        pass_at_1.append(SeedCurves(group.label, [run.curve(PASS_AT_1_KEY) for run in group.completed_runs],
+        pass_at_1.append(SeedCurves(group.label, [run.pass_at_1_curve(PASS_AT_1_KEY) for run in group.completed_runs],
                                     markers))
     return {
         "reward_png": plot_seed_curves(reward, out_dir / REWARD_PNG, "Mean reward per step", REWARD_KEY),

@@ -66,6 +66,18 @@ class RunRecord:
                 points[int(step)] = value
         return dict(sorted(points.items()))
 
+    def pass_at_1_curve(self, key: str) -> dict[int, float]:
+        """Held-out pass@1 by step: eval_before_rl at step 0, the mid-run evals logged under `key`, and
+        eval_after_rl at the final step, so one line runs from the start of RL to its end."""
+        points = self.curve(key)
+        before = as_number((self.summary.get("eval_before_rl") or {}).get("pass_at_1"))
+        after = as_number((self.summary.get("eval_after_rl") or {}).get("pass_at_1"))
+        if before is not None:
+            points.setdefault(0, before)  # a resumed run keeps the step-0 evaluation in its checkpoint
+        if after is not None and self.steps is not None:
+            points[int(self.steps)] = after
+        return dict(sorted(points.items()))
+
     def last_logged(self, key: str) -> float | None:
         """The value of `key` on the last metrics line that has it."""
         for row in reversed(self.metric_rows):

@@ -183,6 +183,9 @@ def test_load_run_unfinished_and_failed(sweep_dir: Path):
     assert failed.status == "failed" and failed.reason == "RuntimeError: rollout worker 1 died"
     done = load_run(sweep_dir / "0")
     assert done.completed and done.curve("eval/pass_at_1") == pytest.approx({2: 0.32, 4: 0.34})
+    # the plotted pass@1 line starts at eval_before_rl (step 0) and ends at eval_after_rl (the final step)
+    after = done.summary["eval_after_rl"]["pass_at_1"]
+    assert done.pass_at_1_curve("eval/pass_at_1") == pytest.approx({0: 0.3, 2: 0.32, 4: 0.34, STEPS: after})
 
 
 # ---------------------------------------------------------------------------------------------- report
