@@ -331,7 +331,8 @@ def render_markdown(report: Report, out_dir: Path) -> str:
         "## Results",
         "",
         f"Each cell: mean [{percent} CI] over completed seeds (Student t with n-1 degrees of freedom). "
-        '"n=1": a single seed, so no CI. report.csv has the same numbers at full precision.',
+        '"n=1": a single seed, so no CI. With few seeds the interval is wide and, for a pass rate, may reach '
+        "past 0 or 1: it is the plain t-interval, not clipped. report.csv has the same numbers at full precision.",
         "",
         *_md_table(*_display_table(report)),
         "",
