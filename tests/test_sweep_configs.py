@@ -71,11 +71,14 @@ def test_no_search_means_no_objective():
     assert objective is None
 
 
-def test_ray_local_launcher_extends_the_plugin_config():
-    cfg = compose_with_hydra(["hydra/launcher=ray_local", "recipe=quickstart"])
+@pytest.mark.parametrize("choice", ["ray", "ray_local"])
+def test_ray_launcher_config_is_safe_on_one_machine(choice):
+    """`hydra/launcher=ray` (the issue's command) gets our config, not the plugin default whose 1-CPU job tasks
+    would hold every CPU of a small machine while the jobs' actors wait for theirs."""
+    cfg = compose_with_hydra([f"hydra/launcher={choice}", "recipe=quickstart"])
     launcher = cfg.hydra.launcher
     assert launcher._target_ == "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"
-    assert cfg.hydra.runtime.choices["hydra/launcher"] == "ray_local"
+    assert cfg.hydra.runtime.choices["hydra/launcher"] == choice
     init, remote = launcher.ray.init, launcher.ray.remote
     assert init.address is None and init._node_ip_address == "127.0.0.1" and init.include_dashboard is False
     # Present (as null) so the plugin's setdefault does not cap the object store at 75 MB.
