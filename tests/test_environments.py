@@ -348,13 +348,13 @@ def test_hub_rows_become_records_like_local_lines(monkeypatch):
     monkeypatch.setattr(data, "load_hub_rows", lambda hub, timeout_s, kind: rows[hub.path])
     hub = lambda path: HubDatasetConfig(path=path, split="x")  # noqa: E731
 
-    train, test = data.load_math(None, False, hub("math-test"), hub("math-train"), 1.0)
+    train, test = data.load_splits(data.MATH_FORMAT, None, False, hub("math-test"), hub("math-train"), 1.0)
     assert [(r.id, r.gold, r.level) for r in test] == [("math-test/0", "2", "1")]
     assert [r.question for r in train] == ["2+2?"]  # "1+1?" is a test problem, removed from train
-    _, test = data.load_gsm8k(None, True, hub("gsm-test"), hub("gsm-train"), 1.0)
+    _, test = data.load_splits(data.GSM8K_FORMAT, None, True, hub("gsm-test"), hub("gsm-train"), 1.0)
     assert [(r.id, r.gold) for r in test] == [("gsm8k-test/0", "7")]
     with pytest.raises(ValueError, match=r"gsm-train\[0\].*####"):
-        data.load_gsm8k(None, False, hub("gsm-test"), hub("gsm-train"), 1.0)
+        data.load_splits(data.GSM8K_FORMAT, None, False, hub("gsm-test"), hub("gsm-train"), 1.0)
 
 
 def test_bad_jsonl_line_is_reported_with_its_number(tmp_path):

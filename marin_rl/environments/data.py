@@ -133,6 +133,7 @@ class DatasetFormat:
     make_record: Callable[[dict, str, str], Record]  # (row, id, where) -> Record; ValueError names `where`
     train_file_hint: str  # what belongs in <data_dir>/train.jsonl
     skip_bad_hub_rows: bool  # published rows without a gradable answer are skipped (and counted), not fatal
+    drop_test_problems_from_train: bool  # the train set overlaps the test set (MATH train vs MATH-500)
 
 
 def _records_from_file(fmt: DatasetFormat, path: Path, split: str) -> list[Record]:
@@ -171,18 +172,32 @@ def load_splits(
         test = _records_from_hub(fmt, hub_test, hub_timeout_s, "test")
         if split_from_test:
             return None, test
-        return _records_from_hub(fmt, hub_train, hub_timeout_s, "train"), test
-    directory = Path(data_dir)
-    test = _records_from_file(fmt, directory / "test.jsonl", "test")
-    if split_from_test:
-        return None, test
-    train_path = directory / "train.jsonl"
-    if not train_path.is_file():
-        raise DataUnavailableError(
-            f"{fmt.kind}: {train_path} not found. Add {fmt.train_file_hint} there, or set "
-            f"env.components.N.split_from_test=true to train and evaluate on disjoint splits of test.jsonl."
-        )
-    return _records_from_file(fmt, train_path, "train"), test
+        train = _records_from_hub(fmt, hub_train, hub_timeout_s, "train")
+    else:
+        directory = Path(data_dir)
+        test = _records_from_file(fmt, directory / "test.jsonl", "test")
+        if split_from_test:
+            return None, test
+        train_path = directory / "train.jsonl"
+        if not train_path.is_file():
+            raise DataUnavailableError(
+                f"{fmt.kind}: {train_path} not found. Add {fmt.train_file_hint} there, or set "
+                f"env.components.N.split_from_test=true to train and evaluate on disjoint splits of test.jsonl."
+            )
+        train = _records_from_file(fmt, train_path, "train")
+    if fmt.drop_test_problems_from_train:
+        train = _drop_test_problems(train, test, fmt.kind)
+    return train, test
+
+
+def _drop_test_problems(train: list[Record], test: list[Record], kind: str) -> list[Record]:
+    """Train records whose problem statement is not in the test set (no training on held-out problems)."""
+    held_out = {_problem_key(record.question) for record in test}
+    kept = [record for record in train if _problem_key(record.question) not in held_out]
+    logger.info(
+        "%s: %d train problems (%d removed as test duplicates)", kind, len(kept), len(train) - len(kept)
+    )
+    return kept
 
 
 # ----------------------------------------------------------------------------------------------- math500
@@ -209,26 +224,8 @@ MATH_FORMAT = DatasetFormat(
     make_record=_math_record,
     train_file_hint="a MATH train file",
     skip_bad_hub_rows=True,
+    drop_test_problems_from_train=True,  # MATH train contains some MATH-500 problems
 )
-
-
-def load_math(
-    data_dir: str | None,
-    split_from_test: bool,
-    hub_test: HubDatasetConfig,
-    hub_train: HubDatasetConfig,
-    hub_timeout_s: float,
-) -> tuple[list[Record] | None, list[Record]]:
-    """(train, test) for MATH-500; train is MATH train minus the test problems, None when split_from_test."""
-    train, test = load_splits(MATH_FORMAT, data_dir, split_from_test, hub_test, hub_train, hub_timeout_s)
-    if train is None:
-        return None, test
-    held_out = {_problem_key(record.question) for record in test}
-    kept = [record for record in train if _problem_key(record.question) not in held_out]
-    logger.info(
-        "math500: %d train problems (%d removed as MATH-500 duplicates)", len(kept), len(train) - len(kept)
-    )
-    return kept, test
 
 
 # ------------------------------------------------------------------------------------------------- gsm8k
@@ -260,18 +257,8 @@ GSM8K_FORMAT = DatasetFormat(
     make_record=_gsm8k_record,
     train_file_hint="the GSM8K train file",
     skip_bad_hub_rows=False,  # every published GSM8K row has a '#### n' answer; a bad one means a wrong dataset
+    drop_test_problems_from_train=False,  # GSM8K's train and test splits are disjoint by construction
 )
-
-
-def load_gsm8k(
-    data_dir: str | None,
-    split_from_test: bool,
-    hub_test: HubDatasetConfig,
-    hub_train: HubDatasetConfig,
-    hub_timeout_s: float,
-) -> tuple[list[Record] | None, list[Record]]:
-    """(train, test) for GSM8K; train None when split_from_test."""
-    return load_splits(GSM8K_FORMAT, data_dir, split_from_test, hub_test, hub_train, hub_timeout_s)
 
 
 def resolve_data_dir(component_dir: str | None, env_dir: str | None, kind: str) -> str | None:

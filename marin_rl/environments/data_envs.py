@@ -18,7 +18,7 @@ from marin_rl.environments.base import (
     fill_template,
 )
 from marin_rl.environments.config import Gsm8kComponentConfig, Math500ComponentConfig
-from marin_rl.environments.data import Record, load_gsm8k, load_math
+from marin_rl.environments.data import GSM8K_FORMAT, MATH_FORMAT, Record, load_splits
 from marin_rl.environments.grading import LazyGradingPool
 from marin_rl.verifiers import extract_last_boxed, final_answer_candidate, gsm8k_format_ok, math_correct_many
 
@@ -140,12 +140,12 @@ def build_dataset_environment(
     seed: int,
 ) -> DatasetEnvironment:
     """The math500 or gsm8k environment of a component: load (local or hub), split, wrap."""
-    load, env_class = _DATASET_KINDS[config.kind]
-    train, test = load(
-        data_dir, config.split_from_test, config.hub_test, config.hub_train, config.hub_timeout_s
+    fmt, env_class = _DATASET_KINDS[config.kind]
+    train, test = load_splits(
+        fmt, data_dir, config.split_from_test, config.hub_test, config.hub_train, config.hub_timeout_s
     )
     train, evaluation = split_records(train, test, config.eval_fraction, config.split_seed)
     return env_class(config, train, evaluation, pool, seed)
 
 
-_DATASET_KINDS = {"math500": (load_math, Math500Environment), "gsm8k": (load_gsm8k, Gsm8kEnvironment)}
+_DATASET_KINDS = {"math500": (MATH_FORMAT, Math500Environment), "gsm8k": (GSM8K_FORMAT, Gsm8kEnvironment)}
