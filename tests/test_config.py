@@ -9,22 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from spec_helpers import CONF, ROOT, compose_spec
 
-from marin_rl.spec import SpecError, build_run_spec
+from marin_rl.spec import SpecError
 
-ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
 GROUPS = ["env", "loss", "sampler", "hardware", "model", "optimizer"]
-
-
-def compose_spec(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    container = OmegaConf.to_container(cfg, resolve=True)
-    container.pop("objective", None)
-    return build_run_spec(container)
 
 
 def group_options(group: str) -> list[str]:

@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from spec_helpers import compose_spec
 from tiny_policy import tiny_model
 
 from marin_rl import checkpoint as ckpt
 from marin_rl.environments import build_environment
 from marin_rl.models.tokenizer import build_char_tokenizer
 from marin_rl.sft import encode_examples, run_sft, sft_examples, sft_main
-from marin_rl.spec import build_run_spec
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-
-def compose_spec(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    container = OmegaConf.to_container(cfg, resolve=True)
-    container.pop("objective", None)
-    return build_run_spec(container)
 
 
 def test_encode_examples_layout_and_truncation():
