@@ -40,7 +40,7 @@ lint: install  ## ruff
 
 report: install  ## turn a sweep into report.md/report.csv/plots: make report DIR=multirun/...
 	@test -n "$(DIR)" || (echo "usage: make report DIR=<sweep or run folder>"; exit 2)
-	$(PY) -m marin_rl.report $(DIR)
+	$(PY) -m marin_rl.runlog.report $(DIR)
 
 bench: install  ## print sampler, trainer and grading throughput
 	$(PY) bench/bench_sampler.py

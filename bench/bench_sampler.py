@@ -19,10 +19,10 @@ import time
 import jax
 import jax.numpy as jnp
 
+from marin_rl.config.spec import ModelConfig, SamplerConfig
+from marin_rl.inference.sampler import Sampler
 from marin_rl.models.policy import build_policy
 from marin_rl.models.tokenizer import build_char_tokenizer
-from marin_rl.sampler import Sampler
-from marin_rl.spec import ModelConfig, SamplerConfig
 
 PROMPTS = ["2+2=", "Hello there", "12*3=", "abc", "What is 7-5?", "x", "The answer is", "9/3"]
 

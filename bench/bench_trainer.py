@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
+from marin_rl.config.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
 from marin_rl.models.policy import build_policy, count_params
 from marin_rl.objectives import LossConfig
-from marin_rl.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
-from marin_rl.trainer import TrainBatch, Trainer
+from marin_rl.training.trainer import TrainBatch, Trainer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from marin_rl.plan import actor_plan, format_plan
-from marin_rl.spec import RunSpec, SpecError, build_run_spec
+from marin_rl.config.plan import actor_plan, format_plan
+from marin_rl.config.spec import RunSpec, SpecError, build_run_spec
 
 logger = logging.getLogger("marin_rl")
 
@@ -98,24 +98,24 @@ def run_from_hydra(cfg: DictConfig) -> float | None:
         print(f"dry run: config is valid; spec written to {spec_path}; nothing started.")
         return None
     if spec.mode == "rl":
-        from marin_rl.orchestration import run_rl
+        from marin_rl.modes.rl import run_rl
 
         summary = run_rl(spec, run_dir)
         return objective_value(summary, objective, DEFAULT_OBJECTIVE, run_dir)
     if spec.mode == "sft":
-        from marin_rl.sft import sft_main
+        from marin_rl.modes.sft import sft_main
 
         ckpt = sft_main(spec, run_dir)
         print(f"SFT checkpoint: {ckpt}")
         return None
     if spec.mode == "generate":
-        from marin_rl.generate import generate_main
+        from marin_rl.modes.generate import generate_main
 
         out = generate_main(spec, run_dir)
         print(f"synthetic data: {out}")
         return None
     if spec.mode == "eval":
-        from marin_rl.orchestration import eval_main
+        from marin_rl.modes.eval import eval_main
 
         summary = eval_main(spec, run_dir)
         return objective_value(summary, objective, "eval.pass_at_1", run_dir)

@@ -80,7 +80,7 @@ def staleness(group: RolloutGroup, trainer_version: int) -> int:
 
 @dataclass(frozen=True)
 class PackedBatch:
-    """A training batch as dense right-padded arrays (see marin_rl/logprobs.py for the layout)."""
+    """A training batch as dense right-padded arrays (see marin_rl/training/logprobs.py for the layout)."""
 
     tokens: np.ndarray  # int32[B, S]: prompt + response, right-padded
     loss_mask: np.ndarray  # float32[B, S]: 1 on response tokens that count

@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from marin_rl.spec import build_run_spec
+from marin_rl.config.spec import build_run_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from tiny_policy import MODEL, arithmetic_batch, count_compiles, tiny_model, tiny_trainer
 
-from marin_rl import checkpoint as ckpt
+from marin_rl.training import checkpoint as ckpt
 
 
 def leaves(tree):

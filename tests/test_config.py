@@ -11,7 +11,7 @@ import pytest
 import yaml
 from spec_helpers import CONF, ROOT, compose_spec
 
-from marin_rl.spec import SpecError
+from marin_rl.config.spec import SpecError
 
 GROUPS = ["env", "loss", "sampler", "hardware", "model", "optimizer"]
 

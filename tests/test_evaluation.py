@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from marin_rl.evaluation import avg_at_k, default_ks, pass_at_k, summarize_eval, wilson_interval
+from marin_rl.runlog.eval_summary import avg_at_k, default_ks, pass_at_k, summarize_eval, wilson_interval
 
 
 def test_pass_at_k_equals_the_combinatorial_definition():

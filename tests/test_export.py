@@ -10,12 +10,12 @@ from safetensors.numpy import load_file
 from tiny_policy import MODEL, tiny_model, tiny_trainer
 from transformers import AutoConfig, AutoTokenizer
 
-from marin_rl import checkpoint as ckpt
-from marin_rl.export import main as export_main
-from marin_rl.export import resolve_checkpoint
-from marin_rl.models.hf_io import import_hf
-from marin_rl.models.policy import build_policy, lev_config_class_for_hf, load_policy_from_checkpoint
-from marin_rl.spec import ModelConfig
+from marin_rl.config.spec import ModelConfig
+from marin_rl.models.hf_io import import_hf, lev_config_class_for_hf
+from marin_rl.models.policy import build_policy, load_policy_from_checkpoint
+from marin_rl.training import checkpoint as ckpt
+from marin_rl.training.export import main as export_main
+from marin_rl.training.export import resolve_checkpoint
 
 
 def arrays(model):

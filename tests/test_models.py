@@ -10,9 +10,9 @@ import pytest
 from tiny_policy import MODEL, tiny_model
 from transformers import AutoTokenizer
 
-from marin_rl.logprobs import full_logits, response_logprobs, token_entropy, token_stats
 from marin_rl.models.policy import build_policy, count_params
 from marin_rl.models.tokenizer import CHARACTERS, build_char_tokenizer
+from marin_rl.training.logprobs import full_logits, response_logprobs, token_entropy, token_stats
 
 TINY = MODEL
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from e2e import ROOT, launch, run_env
 
-from marin_rl.checkpoint import latest_checkpoint
+from marin_rl.training.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -21,7 +21,7 @@ def test_sft_export_generate_eval(tmp_path):
     ckpt = latest_checkpoint(sft_dir / "checkpoints")
     assert ckpt is not None
 
-    exp = subprocess.run([sys.executable, "-m", "marin_rl.export", "--checkpoint", str(ckpt), "--out", str(hf_dir)],
+    exp = subprocess.run([sys.executable, "-m", "marin_rl.training.export", "--checkpoint", str(ckpt), "--out", str(hf_dir)],
                          cwd=ROOT, env=run_env(), capture_output=True, text=True, timeout=300)
     assert exp.returncode == 0, exp.stderr[-3000:]
     config = json.loads((hf_dir / "config.json").read_text())

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marin_rl.replay_buffer import ReplayBuffer
 from marin_rl.rollouts import Rollout, RolloutGroup, make_group, pack_groups, staleness
+from marin_rl.runtime.replay_buffer import ReplayBuffer
 
 
 def rollout(env="a", versions=(0, 0), reward=1.0, prompt=(1, 2), truncated=False, pid="p"):

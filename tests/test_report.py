@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from marin_rl.report import build_report, main
-from marin_rl.run_folder import load_run, read_metrics
-from marin_rl.stats import mean_ci, t_quantile
+from marin_rl.runlog.reader import load_run, read_metrics
+from marin_rl.runlog.report import build_report, main
+from marin_rl.runlog.stats import mean_ci, t_quantile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -294,7 +294,7 @@ def test_no_run_folders_is_a_clear_error(tmp_path: Path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "marin_rl.report", *args], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "marin_rl.runlog.report", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

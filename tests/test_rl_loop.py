@@ -9,7 +9,7 @@ import signal
 import pytest
 from e2e import SHORT_RUN, SHORT_RUN_ANY_ENV, kill_group, launch, metrics, start, summary, wait_for
 
-from marin_rl.checkpoint import checkpoint_step, latest_checkpoint, list_checkpoints
+from marin_rl.training.checkpoint import checkpoint_step, latest_checkpoint, list_checkpoints
 
 pytestmark = pytest.mark.timeout(900)
 

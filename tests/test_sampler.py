@@ -11,12 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marin_rl.logprobs import full_logits, response_logprobs
+from marin_rl.config.spec import ModelConfig, SamplerConfig
+from marin_rl.inference.sampler import Completion, Sampler, SampleRequest
+from marin_rl.inference.token_choice import truncation_mask
 from marin_rl.models.policy import build_policy
 from marin_rl.models.tokenizer import build_char_tokenizer
-from marin_rl.sampler import Completion, Sampler, SampleRequest
-from marin_rl.sampling.token_choice import truncation_mask
-from marin_rl.spec import ModelConfig, SamplerConfig
+from marin_rl.training.logprobs import full_logits, response_logprobs
 
 MAX_SEQ_LEN = 64
 TEACHER_LEN = 48  # teacher-forced batches are padded to this length (one compiled shape for the reference)
@@ -66,7 +66,7 @@ def _rows(prompts, results):
 
 
 def _padded(rows) -> jnp.ndarray:
-    arr = np.zeros((len(rows), TEACHER_LEN), np.int32)  # right padding with pad id 0 (marin_rl/logprobs.py)
+    arr = np.zeros((len(rows), TEACHER_LEN), np.int32)  # right padding with pad id 0 (marin_rl/training/logprobs.py)
     for i, (p, c) in enumerate(rows):
         arr[i, : len(p) + len(c.tokens)] = p + c.tokens
     return jnp.asarray(arr)

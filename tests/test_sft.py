@@ -10,10 +10,10 @@ import pytest
 from spec_helpers import compose_spec
 from tiny_policy import tiny_model
 
-from marin_rl import checkpoint as ckpt
 from marin_rl.environments import build_environment
 from marin_rl.models.tokenizer import build_char_tokenizer
-from marin_rl.sft import encode_examples, run_sft, sft_examples, sft_main
+from marin_rl.training import checkpoint as ckpt
+from marin_rl.training.sft import encode_examples, run_sft, sft_examples, sft_main
 
 
 def test_encode_examples_layout_and_truncation():

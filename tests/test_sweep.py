@@ -21,7 +21,7 @@ def test_sweep_then_report(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     job_dirs = sorted(p for p in tmp_path.iterdir() if p.is_dir() and (p / "summary.json").exists())
     assert len(job_dirs) == 4
-    rep = subprocess.run([sys.executable, "-m", "marin_rl.report", str(tmp_path)], cwd=ROOT, env=run_env(),
+    rep = subprocess.run([sys.executable, "-m", "marin_rl.runlog.report", str(tmp_path)], cwd=ROOT, env=run_env(),
                          capture_output=True, text=True, timeout=120)
     assert rep.returncode == 0, rep.stderr
     rows = list(csv.DictReader((tmp_path / "report.csv").open()))

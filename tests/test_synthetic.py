@@ -10,7 +10,7 @@ import pytest
 
 from marin_rl.environments import build_environment
 from marin_rl.environments.config import EnvConfig
-from marin_rl.synthetic import generate_synthetic, load_sft_jsonl
+from marin_rl.environments.synthetic import generate_synthetic, load_sft_jsonl
 
 
 def addition_env():

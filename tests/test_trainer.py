@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from tiny_policy import BATCH, MODEL, SEQ, arithmetic_batch, tiny_model, tiny_trainer
 
-from marin_rl.spec import OptimizerConfig
-from marin_rl.trainer import TrainBatch, lr_schedule, make_optimizer, pad_train_batch
+from marin_rl.config.spec import OptimizerConfig
+from marin_rl.training.trainer import TrainBatch, lr_schedule, make_optimizer, pad_train_batch
 
 
 def test_lr_schedule_warmup_then_decay_to_floor():

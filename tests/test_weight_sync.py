@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from marin_rl.weight_sync import (
+from marin_rl.runtime.weight_sync import (
     FileChannel,
     WeightPacket,
     WeightSyncError,

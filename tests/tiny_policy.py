@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from marin_rl.config.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
 from marin_rl.models.policy import build_policy
 from marin_rl.objectives import LossConfig
-from marin_rl.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
-from marin_rl.trainer import TrainBatch, Trainer
+from marin_rl.training.trainer import TrainBatch, Trainer
 
 MODEL = ModelConfig(
     name="tiny-test", kind="tiny", max_seq_len=64, hidden_dim=32, intermediate_dim=64, num_layers=2

@@ -9,6 +9,7 @@ The folder is written next to its destination and renamed into place, so a crash
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
@@ -16,10 +17,11 @@ from typing import Any
 
 import haliax as hax
 from levanter.compat.hf_checkpoints import HFCheckpointConverter
+from levanter.models.llama import LlamaConfig
 from levanter.models.lm_model import LmConfig, LmHeadModel
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from marin_rl.models.policy import lev_config_class_for_hf, local_mesh, resolve_dtype
+from marin_rl.models.arrays import local_mesh, resolve_dtype
 
 # HF architecture name written into config.json, keyed by the HF config's model_type.
 ARCHITECTURES = {
@@ -28,6 +30,32 @@ ARCHITECTURES = {
     "qwen3": "Qwen3ForCausalLM",
     "mistral": "MistralForCausalLM",
 }
+
+
+def lev_config_class_for_hf(model_type: str) -> type[LmConfig]:
+    """Levanter config class for an HF `config.model_type` (error lists the supported ones)."""
+    from levanter.models.mistral import MistralConfig
+    from levanter.models.qwen import Qwen3Config, QwenConfig
+
+    classes: dict[str, type[LmConfig]] = {
+        "llama": LlamaConfig,
+        "qwen2": QwenConfig,
+        "qwen3": Qwen3Config,
+        "mistral": MistralConfig,
+    }
+    if model_type not in classes:
+        raise ValueError(f"HF model_type={model_type!r} is not supported; allowed: {sorted(classes)}")
+    return classes[model_type]
+
+
+def hf_lev_config(hf_path: str, max_seq_len: int) -> LmConfig:
+    """Levanter config read from an HF config.json (repo id or local dir), with the context set to max_seq_len."""
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(hf_path)
+    cls = lev_config_class_for_hf(hf_config.model_type)
+    lev_config = cls.from_hf_config(hf_config)
+    return dataclasses.replace(lev_config, seq_len=max_seq_len)
 
 
 def export_hf(

@@ -7,54 +7,24 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import equinox as eqx
 import haliax as hax
 import jax
-import jax.numpy as jnp
 from levanter.layers.attention import AttentionBackend
 from levanter.models.llama import LlamaConfig
 from levanter.models.lm_model import LmConfig, LmHeadModel
 from transformers import PreTrainedTokenizerBase
 
+from marin_rl.config.spec import ModelConfig
+from marin_rl.models.arrays import cast_floating, resolve_dtype
+from marin_rl.models.hf_io import hf_lev_config, import_hf
 from marin_rl.models.tokenizer import load_tokenizer
-from marin_rl.spec import ModelConfig
+from marin_rl.training import checkpoint as ckpt
 
 VOCAB_AXIS = "vocab"
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-
-
-def resolve_dtype(dtype: Any) -> jnp.dtype:
-    """'float32' | 'bfloat16' | a jnp dtype -> jnp dtype (error names the allowed strings)."""
-    if isinstance(dtype, str):
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype={dtype!r} is not supported; allowed: {sorted(DTYPES)}")
-        return DTYPES[dtype]
-    return jnp.dtype(dtype)
-
-
-def cast_floating(tree: Any, dtype: Any) -> Any:
-    """Cast every floating-point array leaf of a pytree (model, grads) to `dtype`; other leaves untouched."""
-    dtype = resolve_dtype(dtype)
-
-    def cast(x):
-        if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype:
-            return x.astype(dtype)
-        return x
-
-    return jax.tree.map(cast, tree)
-
-
-def local_mesh() -> jax.sharding.Mesh:
-    """A one-axis mesh over the local devices: Levanter's converter and checkpoint code need a mesh in context."""
-    import numpy as np
-
-    return jax.sharding.Mesh(np.array(jax.local_devices()), ("data",))
-
 
 def tiny_lev_config(model_cfg: ModelConfig) -> LlamaConfig:
     """The Levanter LlamaConfig of a kind=tiny ModelConfig (no remat: activations are tiny, speed matters on CPU)."""
@@ -71,32 +41,6 @@ def tiny_lev_config(model_cfg: ModelConfig) -> LlamaConfig:
         # default there (the blockwise JAX flash reference) and runs as fast
         attn_backend=AttentionBackend.VANILLA,
     )
-
-
-def lev_config_class_for_hf(model_type: str) -> type[LmConfig]:
-    """Levanter config class for an HF `config.model_type` (error lists the supported ones)."""
-    from levanter.models.mistral import MistralConfig
-    from levanter.models.qwen import Qwen3Config, QwenConfig
-
-    classes: dict[str, type[LmConfig]] = {
-        "llama": LlamaConfig,
-        "qwen2": QwenConfig,
-        "qwen3": Qwen3Config,
-        "mistral": MistralConfig,
-    }
-    if model_type not in classes:
-        raise ValueError(f"HF model_type={model_type!r} is not supported; allowed: {sorted(classes)}")
-    return classes[model_type]
-
-
-def hf_lev_config(hf_path: str, max_seq_len: int) -> LmConfig:
-    """Levanter config read from an HF config.json (repo id or local dir), with the context set to max_seq_len."""
-    from transformers import AutoConfig
-
-    hf_config = AutoConfig.from_pretrained(hf_path)
-    cls = lev_config_class_for_hf(hf_config.model_type)
-    lev_config = cls.from_hf_config(hf_config)
-    return dataclasses.replace(lev_config, seq_len=max_seq_len)
 
 
 @eqx.filter_jit  # one compiled init instead of hundreds of eager ops (2x faster on CPU)
@@ -124,8 +68,6 @@ def build_policy(
         else:
             model = init_tiny_model(lev_config, len(tokenizer), key)
     else:
-        from marin_rl.models.hf_io import import_hf
-
         assert model_cfg.hf_path is not None  # checked by ModelConfig
         lev_config = hf_lev_config(model_cfg.hf_path, model_cfg.max_seq_len)
         if model_cfg.init_checkpoint:
@@ -147,15 +89,11 @@ def load_weights(
 ) -> LmHeadModel:
     """Weights of `lev_config`'s shape from a marin-rl checkpoint folder or an HF export folder (config.json)."""
     path = Path(path)
-    from marin_rl import checkpoint as ckpt
-
     if ckpt.is_checkpoint(path):
         vocab_size = ckpt.checkpoint_vocab_size(path) or vocab_size
         template = eqx.filter_eval_shape(model_template, lev_config, vocab_size)
         return cast_floating(ckpt.restore_model(path, template), dtype)
     if (path / "config.json").exists():
-        from marin_rl.models.hf_io import import_hf
-
         return import_hf(path, lev_config=lev_config, tokenizer=tokenizer, dtype=dtype)
     raise FileNotFoundError(
         f"model.init_checkpoint={str(path)!r} is neither a marin-rl checkpoint folder (with "
@@ -173,8 +111,6 @@ def load_policy_from_checkpoint(
 ) -> tuple[LmHeadModel, PreTrainedTokenizerBase, LmConfig]:
     """(model, tokenizer, lev_config) from a marin-rl checkpoint (its model_config.json is used when model_cfg is None)
     or from an HF export folder (model_cfg None -> kind=hf with hf_path=path)."""
-    from marin_rl import checkpoint as ckpt
-
     path = Path(path)
     if model_cfg is None:
         if ckpt.is_checkpoint(path):

@@ -16,7 +16,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 if TYPE_CHECKING:
-    from marin_rl.spec import ModelConfig
+    from marin_rl.config.spec import ModelConfig
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # ids 0..3: pad id 0 so zero-filled buffers are padding

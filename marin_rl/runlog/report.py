@@ -1,6 +1,6 @@
-"""Sweep report: `python -m marin_rl.report DIR [DIR ...]` -> report.md, report.csv and learning-curve PNGs.
+"""Sweep report: `python -m marin_rl.runlog.report DIR [DIR ...]` -> report.md, report.csv and learning-curve PNGs.
 
-Run folders (see `marin_rl.run_folder`) are grouped into configurations: runs whose Hydra overrides are equal
+Run folders (see `marin_rl.runlog.reader`) are grouped into configurations: runs whose Hydra overrides are equal
 once `seed` (and bookkeeping keys such as dry_run, run_name, hydra.*) are removed. When any run lacks
 `.hydra/overrides.yaml`, the flattened composed configs are compared instead. Each configuration gets one row:
 the swept values, the number of completed seeds, and for each final metric the mean with a Student-t 95% CI
@@ -19,15 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from marin_rl.report_plots import SeedCurves, plot_seed_curves
-from marin_rl.run_folder import (
+from marin_rl.runlog.plots import SeedCurves, plot_seed_curves
+from marin_rl.runlog.reader import (
     RunRecord,
     as_number,
     find_run_dirs,
     load_run,
     lookup,
 )
-from marin_rl.stats import MeanCI, mean_ci
+from marin_rl.runlog.stats import MeanCI, mean_ci
 
 REPORT_MD = "report.md"
 REPORT_CSV = "report.csv"
@@ -438,7 +438,7 @@ def console_summary(report: Report) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m marin_rl.report",
+        prog="python -m marin_rl.runlog.report",
         description=(
             "Summarize a sweep: group run folders that differ only in `seed`, and write report.md, report.csv "
             f"(one row per configuration: swept values, n_seeds, mean and CI over seeds of each final metric, "
@@ -448,8 +448,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog=(
             "A run folder is a directory with .hydra/config.yaml or spec.yaml; DIR may be a Hydra multirun "
             "folder (searched recursively) or a run folder. Examples:\n"
-            "  python -m marin_rl.report multirun/2025-01-01/12-00-00\n"
-            "  python -m marin_rl.report outputs/a outputs/b --out reports/ab\n"
+            "  python -m marin_rl.runlog.report multirun/2025-01-01/12-00-00\n"
+            "  python -m marin_rl.runlog.report outputs/a outputs/b --out reports/ab\n"
             "  make report DIR=multirun/2025-01-01/12-00-00"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,

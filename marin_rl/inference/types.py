@@ -25,7 +25,7 @@ class Completion:
     # "stop": EOS or a stop string (both kept in tokens); "length": max_new_tokens reached
     finish_reason: FinishReason
     # log-prob under the top-k/top-p truncated, renormalised distribution the token was drawn from
-    # (== logprobs when truncation is off; 0 for greedy). See marin_rl/sampling/token_choice.py.
+    # (== logprobs when truncation is off; 0 for greedy). See marin_rl/inference/token_choice.py.
     sampling_logprobs: list[float]
 
     @property

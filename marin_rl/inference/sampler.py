@@ -4,7 +4,7 @@ Why not Levanter's InferenceEngine (levanter.inference.engine): its sampler know
 top-p), its decode loop runs `max_rounds` rounds inside one call with the weights closed over for the round, it
 does not say which weights produced which token, and on the CPU it falls back to the reference paged attention
 (a per-sequence, per-query-token loop). So this module is our own decoder, built from Levanter's modules (see
-marin_rl/sampling/decoder.py: only the attention kernel is new; embeddings, norms, projections, RoPE, MLP and
+marin_rl/inference/decoder.py: only the attention kernel is new; embeddings, norms, projections, RoPE, MLP and
 LM head are Levanter's own), with the scheduling RL needs:
 
 - batched prompts, n generations each (rows), padded to fixed batch buckets; prompts left-padded into a cache of
@@ -22,7 +22,7 @@ LM head are Levanter's own), with the scheduling RL needs:
   about as far as off the old one).
 
 Log-probs: `Completion.logprobs` = log softmax(logits / T)[token] over the full vocabulary (the trainer's
-quantity, compared in tests to marin_rl.logprobs.response_logprobs < 1e-4); with top-k/top-p on, the token was
+quantity, compared in tests to marin_rl.training.logprobs.response_logprobs < 1e-4); with top-k/top-p on, the token was
 drawn from the truncated renormalised distribution, whose log-prob is `Completion.sampling_logprobs`. Greedy
 (temperature 0 or sampler.greedy) takes argmax and reports logprobs at temperature 1. Stops: the tokenizer's EOS
 id(s) (on device) and `sampler.stop` strings (host, on the decoded response text, between chunks); the stopping
@@ -42,13 +42,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin_rl.sampling import kernels
-from marin_rl.sampling.decoder import check_supported, init_cache
-from marin_rl.sampling.stops import eos_token_ids, first_stop
-from marin_rl.sampling.types import Completion, SampleRequest
+from marin_rl.inference import kernels
+from marin_rl.inference.decoder import check_supported, init_cache
+from marin_rl.inference.stops import eos_token_ids, first_stop
+from marin_rl.inference.types import Completion, SampleRequest
 
 if TYPE_CHECKING:
-    from marin_rl.spec import SamplerConfig
+    from marin_rl.config.spec import SamplerConfig
 
 __all__ = ["Completion", "SampleRequest", "Sampler"]
 

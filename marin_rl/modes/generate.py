@@ -7,11 +7,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
+from marin_rl.environments.synthetic import Sample, generate_synthetic
+from marin_rl.inference.sampler import Sampler
 from marin_rl.models.policy import build_policy
-from marin_rl.sampler import Sampler
-from marin_rl.spec import RunSpec
-from marin_rl.synthetic import Sample, generate_synthetic
 
 
 def make_sample_fn(sampler: Sampler, tokenizer, spec: RunSpec):

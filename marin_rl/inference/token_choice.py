@@ -1,8 +1,8 @@
 """Choosing the next token from logits: temperature, top-k, top-p (nucleus), greedy, and the log-probs to report.
 
-Two log-probs are reported for every chosen token y (see marin_rl/sampler.py for which one RL uses):
+Two log-probs are reported for every chosen token y (see marin_rl/inference/sampler.py for which one RL uses):
 - `logprob` = log softmax(logits / T)[y], the full temperature-scaled softmax. This is what the trainer computes
-  (marin_rl.logprobs.response_logprobs at the same temperature), so the two are directly comparable.
+  (marin_rl.training.logprobs.response_logprobs at the same temperature), so the two are directly comparable.
 - `sampling_logprob` = log of the probability y actually had in the distribution it was drawn from: the top-k /
   top-p truncated and renormalised softmax(logits / T). Equal to `logprob` when truncation is off; >= `logprob`
   when it is on (the kept mass is <= 1). 0 for greedy (argmax is chosen with probability 1).

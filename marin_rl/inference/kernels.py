@@ -13,8 +13,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from marin_rl.sampling.decoder import KvCache, decode_step, fill_cache
-from marin_rl.sampling.token_choice import choose_tokens
+from marin_rl.inference.decoder import KvCache, decode_step, fill_cache
+from marin_rl.inference.token_choice import choose_tokens
 
 
 class DecodeState(NamedTuple):

@@ -18,14 +18,14 @@ from typing import Any
 import jax
 import numpy as np
 
+from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
-from marin_rl.generation import eval_records, sample_and_score, to_rollout
+from marin_rl.inference.graded_sampling import eval_records, sample_and_score, to_rollout
+from marin_rl.inference.sampler import Sampler
 from marin_rl.models.policy import build_policy
 from marin_rl.objectives import apply_overlong_penalty
 from marin_rl.rollouts import RolloutGroup, make_group
-from marin_rl.sampler import Sampler
-from marin_rl.spec import RunSpec
-from marin_rl.weight_sync import WeightSyncError, arrays_into_model, make_channel
+from marin_rl.runtime.weight_sync import WeightSyncError, arrays_into_model, make_channel
 
 logger = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from marin_rl.config.spec import ModelConfig
 from marin_rl.environments.base import Environment, Problem, Score
 from marin_rl.rollouts import Rollout
-from marin_rl.spec import ModelConfig
 
 
 def render_prompt_tokens(env: Environment, problems: list[Problem], tokenizer: Any, model_cfg: ModelConfig) -> list[list[int]]:
@@ -31,7 +31,7 @@ def render_prompt_tokens(env: Environment, problems: list[Problem], tokenizer: A
 class ScoredSample:
     problem: Problem
     prompt_tokens: list[int]
-    completion: Any  # marin_rl.sampler.Completion
+    completion: Any  # marin_rl.inference.sampler.Completion
     text: str
     score: Score
 
@@ -91,7 +91,7 @@ def to_rollout(s: ScoredSample) -> Rollout:
 
 
 def eval_records(samples: list[list[ScoredSample]]) -> list[dict[str, Any]]:
-    """Per-(problem, sample) records in the form marin_rl.evaluation.summarize_eval expects."""
+    """Per-(problem, sample) records in the form marin_rl.runlog.eval_summary.summarize_eval expects."""
     return [
         {
             "problem_id": s.problem.id,

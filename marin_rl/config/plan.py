@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from marin_rl.spec import ActorResources, RunSpec
+from marin_rl.config.spec import ActorResources, RunSpec
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,20 @@ from typing import Any
 import jax
 import numpy as np
 
-from marin_rl.checkpoint import checkpoint_path, latest_checkpoint, restore_checkpoint, save_checkpoint
+from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
 from marin_rl.models.policy import build_policy
-from marin_rl.replay_buffer import ReplayBuffer
 from marin_rl.rollouts import RolloutGroup, pack_groups
-from marin_rl.spec import RunSpec
-from marin_rl.tracking import WALL_BEFORE_RESUME
-from marin_rl.trainer import TrainBatch, Trainer, pad_train_batch
-from marin_rl.weight_sync import make_channel, model_to_arrays
+from marin_rl.runlog.writer import WALL_BEFORE_RESUME
+from marin_rl.runtime.replay_buffer import ReplayBuffer
+from marin_rl.runtime.weight_sync import make_channel, model_to_arrays
+from marin_rl.training.checkpoint import (
+    checkpoint_path,
+    latest_checkpoint,
+    restore_checkpoint,
+    save_checkpoint,
+)
+from marin_rl.training.trainer import TrainBatch, Trainer, pad_train_batch
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +123,7 @@ class TrainerActor:
         return ckpt
 
     def _warmstart(self) -> dict:
-        from marin_rl.sft import run_sft, sft_examples
+        from marin_rl.training.sft import run_sft, sft_examples
 
         s = self.spec
         env = build_environment(s.env, seed=s.seed)

@@ -27,8 +27,8 @@ import jax
 from levanter.checkpoint import load_checkpoint as lev_load_checkpoint
 from levanter.checkpoint import save_checkpoint as lev_save_checkpoint
 
-from marin_rl.models.policy import local_mesh
-from marin_rl.spec import ModelConfig
+from marin_rl.config.spec import ModelConfig
+from marin_rl.models.arrays import local_mesh
 
 COMPLETE_MARKER = "COMPLETE"
 MODEL_DIR = "model"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from marin_rl.weight_sync import WeightPacket
+from marin_rl.runtime.weight_sync import WeightPacket
 
 
 class Coordinator:

@@ -1,6 +1,6 @@
 """Export a marin-rl checkpoint as an HF model folder.
 
-    python -m marin_rl.export --checkpoint RUN/checkpoints/step-0000100 --out OUT [--dtype bfloat16] [--overwrite]
+    python -m marin_rl.training.export --checkpoint RUN/checkpoints/step-0000100 --out OUT [--dtype bfloat16] [--overwrite]
 
 --checkpoint may also be a checkpoints/ folder or a run folder: its latest finished checkpoint is used. The model is
 rebuilt from the checkpoint's model_config.json (no run config needed); the tokenizer comes from that config.
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import jax
 
-from marin_rl import checkpoint as ckpt
 from marin_rl.models.hf_io import export_hf
 from marin_rl.models.policy import load_policy_from_checkpoint
+from marin_rl.training import checkpoint as ckpt
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -42,7 +42,7 @@ def export_checkpoint(
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(prog="python -m marin_rl.export", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m marin_rl.training.export", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--checkpoint", required=True, help="checkpoint folder (or a checkpoints/ or run folder)"
     )

@@ -3,7 +3,7 @@
 Cache layout: one dense cache row per sequence, per layer `k, v: [batch, kv_head, slot, head_size]`. Prompts are
 LEFT-padded so that every prompt of a batch ends at the same slot; a row's RoPE position is `slot - pad[row]`, so
 positions start at 0 at the first prompt token exactly as in the trainer's right-padded forward
-(marin_rl/logprobs.py). With aligned rows one write index per decode step serves the whole batch, and the
+(marin_rl/training/logprobs.py). With aligned rows one write index per decode step serves the whole batch, and the
 decode step has the same shapes whatever the prompt lengths are (no recompiles).
 
 Exactness: embeddings, RMSNorms, q/k/v/o projections (with their biases: Qwen2), qk-norm (Qwen3), RoPE, the

@@ -7,15 +7,13 @@ weights (object store or files) -> sampler. The driver only moves small things: 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-from marin_rl.spec import RunSpec
-from marin_rl.tracking import (
+from marin_rl.config.spec import RunSpec
+from marin_rl.runlog.writer import (
     WALL_BEFORE_RESUME,
     MetricsLog,
     WandbLogger,
@@ -24,87 +22,16 @@ from marin_rl.tracking import (
     read_metrics,
     write_summary,
 )
+from marin_rl.runtime.ray_cluster import (
+    actor_options,
+    actor_runtime_env,
+    resource_bundle,
+    wait_for_placement_group,
+)
 
 logger = logging.getLogger(__name__)
 
 WORKER_RESTART_LIMIT = -1  # Ray restarts a dead rollout worker without limit; the run never waits on a dead one
-# How often a job that waits for its placement group says so. It waits without a deadline: in a sweep on a small
-# machine the other jobs hold the CPUs, and a queue of N jobs can wait N runs long.
-RESOURCE_WAIT_REPORT_S = 30.0
-
-
-def actor_runtime_env(spec: RunSpec) -> dict[str, Any]:
-    """Environment of the run's actors; also set per actor, since a sweep job's Ray was started without it."""
-    # Actors import jax; keep them on the CPU unless the hardware group says otherwise.
-    env_vars = {"JAX_PLATFORMS": "cpu"} if spec.hardware.accelerator == "cpu" else {}
-    env_vars.update({"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")})
-    return {"env_vars": env_vars}
-
-
-def init_ray(spec: RunSpec, run_dir: Path) -> bool:
-    """Join `ray.address` or start a private local Ray bound to 127.0.0.1; True if this call connected.
-
-    Inside a Ray task (a sweep job under hydra/launcher=ray) Ray is already connected: the job reuses that
-    connection, and its actors are gang-scheduled in a placement group of their own so concurrent jobs never
-    share or deadlock on resources.
-    """
-    import ray
-
-    if ray.is_initialized():
-        return False
-
-    namespace = spec.ray.namespace or f"marin-rl-{uuid.uuid4().hex[:8]}"
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-    runtime_env = actor_runtime_env(spec)
-    if spec.ray.address:
-        ray.init(address=spec.ray.address, namespace=namespace, runtime_env=runtime_env, log_to_driver=True)
-    else:
-        ray.init(
-            num_cpus=spec.ray.num_cpus or os.cpu_count(),
-            include_dashboard=spec.ray.include_dashboard,
-            _node_ip_address="127.0.0.1",
-            namespace=namespace,
-            runtime_env=runtime_env,
-            log_to_driver=True,
-        )
-    return True
-
-
-def _actor_options(resources, **extra) -> dict:
-    opts = {"num_cpus": resources.num_cpus, "num_gpus": resources.num_gpus, **extra}
-    if resources.resources:
-        opts["resources"] = dict(resources.resources)
-    return opts
-
-
-def _bundle(resources) -> dict[str, float]:
-    bundle = {"CPU": resources.num_cpus, **resources.resources}
-    if resources.num_gpus:
-        bundle["GPU"] = resources.num_gpus
-    return {k: v for k, v in bundle.items() if v}
-
-
-def wait_for_placement_group(pg, bundles: list[dict[str, float]]) -> None:
-    """Block until all bundles are reserved (no deadline), saying every RESOURCE_WAIT_REPORT_S what it waits for."""
-    import ray
-
-    need: dict[str, float] = {}
-    for bundle in bundles:
-        for key, amount in bundle.items():
-            need[key] = need.get(key, 0.0) + amount
-    print(f"waiting for resources: {bundles}", flush=True)
-    t0, ready = time.monotonic(), pg.ready()
-    while not ray.wait([ready], timeout=RESOURCE_WAIT_REPORT_S)[0]:
-        total, free = ray.cluster_resources(), ray.available_resources()
-        short = {k: total.get(k, 0.0) for k, v in need.items() if v > total.get(k, 0.0)}
-        why = (
-            f"the cluster has only {short} in total: waiting for nodes to join"
-            if short
-            else f"free now: { {k: free.get(k, 0.0) for k in need} }; other jobs (e.g. of a sweep) hold the rest"
-        )
-        print(f"still waiting after {time.monotonic() - t0:.0f}s for {need}: {why}", flush=True)
-    ray.get(ready)
 
 
 class RunDriver:
@@ -120,13 +47,13 @@ class RunDriver:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from marin_rl.coordinator import Coordinator
-        from marin_rl.rollout_worker import RolloutWorker
-        from marin_rl.trainer_actor import TrainerActor
+        from marin_rl.runtime.coordinator import Coordinator
+        from marin_rl.runtime.rollout_worker import RolloutWorker
+        from marin_rl.runtime.trainer_actor import TrainerActor
 
         s, hw = self.spec, self.spec.hardware
         spec_dict = s.model_dump(mode="json")
-        bundles = [_bundle(hw.trainer_resources)] + [_bundle(hw.rollout_resources)] * hw.num_rollout_workers
+        bundles = [resource_bundle(hw.trainer_resources)] + [resource_bundle(hw.rollout_resources)] * hw.num_rollout_workers
         self.pg = placement_group(bundles, strategy="PACK" if hw.accelerator == "cpu" else "SPREAD")
         wait_for_placement_group(self.pg, bundles)
         self.t0 = time.monotonic()  # the run's clock starts once it holds its resources, not while queued in a sweep
@@ -139,12 +66,12 @@ class RunDriver:
 
         self.coordinator = ray.remote(Coordinator).options(num_cpus=0, max_concurrency=16).remote()
         self.trainer = ray.remote(TrainerActor).options(
-            **_actor_options(hw.trainer_resources, max_concurrency=8), **in_bundle(0)
+            **actor_options(hw.trainer_resources, max_concurrency=8), **in_bundle(0)
         ).remote(spec_dict, str(self.run_dir), self.coordinator, self.weights_dir)
         worker_cls = ray.remote(RolloutWorker)
         self.workers = [
             worker_cls.options(
-                **_actor_options(hw.rollout_resources, max_concurrency=2, max_restarts=WORKER_RESTART_LIMIT),
+                **actor_options(hw.rollout_resources, max_concurrency=2, max_restarts=WORKER_RESTART_LIMIT),
                 **in_bundle(1 + i),
             ).remote(spec_dict, i, self.coordinator, self.trainer, str(self.run_dir), self.weights_dir)
             for i in range(hw.num_rollout_workers)
@@ -188,7 +115,7 @@ class RunDriver:
     def _evaluate(self, min_version: int) -> dict:
         import ray
 
-        from marin_rl.evaluation import summarize_eval
+        from marin_rl.runlog.eval_summary import summarize_eval
 
         t = self.spec.train
         out = ray.get(self.workers[0].evaluate.remote(t.eval_prompts, t.eval_samples, min_version))
@@ -288,49 +215,3 @@ def _progress(spec: RunSpec, start: int):
         total=spec.train.steps, initial=start, desc="RL", unit="step", dynamic_ncols=True,
         disable=not spec.tracking.progress, file=sys.stdout,
     )
-
-
-def run_rl(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
-    """A whole RL run; on failure, summary.json says why (status=failed) and the error propagates."""
-    import ray
-
-    run_dir = Path(run_dir)
-    owns_ray = init_ray(spec, run_dir)
-    driver = RunDriver(spec, run_dir)
-    try:
-        return driver.run()
-    except BaseException as err:
-        write_summary(run_dir, {"status": "failed", "error": f"{type(err).__name__}: {err}"})
-        raise
-    finally:
-        driver.stop_actors()
-        if owns_ray:
-            ray.shutdown()
-        elif "wandb" in sys.modules:
-            # A sweep job's Ray worker exits right after the task and takes wandb's service process with it; close
-            # the service now, or wandb's own exit hook fails with "Connection lost".
-            sys.modules["wandb"].teardown()
-
-
-def eval_main(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
-    """mode=eval: sample the held-out set with the configured policy in this process (no Ray) and summarize."""
-    import jax
-
-    from marin_rl.environments import build_environment
-    from marin_rl.evaluation import summarize_eval
-    from marin_rl.generation import eval_records, sample_and_score
-    from marin_rl.models.policy import build_policy
-    from marin_rl.sampler import Sampler
-
-    model, tokenizer, _ = build_policy(spec.model, jax.random.PRNGKey(spec.seed))
-    env = build_environment(spec.env, seed=spec.seed)
-    sampler = Sampler(model, tokenizer, spec.sampler, spec.model.max_seq_len, version=0, seed=spec.seed)
-    problems = env.eval_problems(spec.train.eval_prompts)
-    samples = sample_and_score(
-        sampler, env, problems, tokenizer, spec.model, spec.train.eval_samples,
-        temperature=spec.sampler.eval_temperature, max_new_tokens=spec.sampler.eval_max_new_tokens,
-    )
-    summary = {"status": "completed", "eval": summarize_eval(eval_records(samples))}
-    write_summary(run_dir, summary)
-    print(f"eval pass@1 = {summary['eval']['pass_at_1']:.3f} on {len(problems)} prompts", flush=True)
-    return summary

@@ -23,9 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from marin_rl.logprobs import response_logprobs
-from marin_rl.spec import OptimizerConfig, RunSpec
-from marin_rl.trainer import TrainerState, make_optimizer, trainable
+from marin_rl.config.spec import OptimizerConfig, RunSpec
+from marin_rl.training.logprobs import response_logprobs
+from marin_rl.training.trainer import TrainerState, make_optimizer, trainable
 
 Prompt = str | list[dict[str, str]]  # plain text, or chat messages for chat-template models
 Example = tuple[Prompt, str]  # (prompt, response text)
@@ -176,10 +176,10 @@ def run_sft(
 
 def sft_examples(spec: RunSpec, env: Any, tokenizer: Any = None, n: int | None = None) -> list[Example]:
     """(prompt, response) pairs from `spec.sft.source`: "env" = the env's reference answers for n sampled problems
-    (default steps x batch_size), else a synthetic JSONL path (`marin_rl.synthetic.load_sft_jsonl`)."""
+    (default steps x batch_size), else a synthetic JSONL path (`marin_rl.environments.synthetic.load_sft_jsonl`)."""
     source = spec.sft.source
     if source != "env":
-        from marin_rl.synthetic import load_sft_jsonl
+        from marin_rl.environments.synthetic import load_sft_jsonl
 
         return [(row["prompt"], row["response"]) for row in load_sft_jsonl(source)]
     style = "chat" if spec.model.chat_template else "plain"
@@ -199,55 +199,3 @@ def sft_examples(spec: RunSpec, env: Any, tokenizer: Any = None, n: int | None =
 def sft_steps(spec: RunSpec) -> int:
     """SFT steps: train.steps in mode=sft (the run is only SFT), sft.steps for the warm-start before RL."""
     return spec.train.steps if spec.mode == "sft" else spec.sft.steps
-
-
-def sft_main(spec: RunSpec, run_dir: Path) -> Path:
-    """mode=sft: build env + policy, run SFT, log run_dir/metrics.jsonl, checkpoint under run_dir/checkpoints/."""
-    from marin_rl.checkpoint import checkpoint_path, save_checkpoint
-    from marin_rl.environments import build_environment
-    from marin_rl.models.policy import build_policy
-
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    steps = sft_steps(spec)
-    model, tokenizer, _ = build_policy(
-        spec.model, jax.random.PRNGKey(spec.seed), dtype=spec.hardware.param_dtype
-    )
-    env = build_environment(spec.env, seed=spec.seed)
-    try:
-        examples = sft_examples(spec, env, tokenizer)
-    finally:
-        env.close()
-    metrics_path = run_dir / "metrics.jsonl"
-    metrics_path.unlink(missing_ok=True)
-    print(
-        f"sft: {len(examples)} examples ({spec.sft.source}), {steps} steps x {spec.sft.batch_size}, lr {spec.sft.lr}"
-    )
-    state, history = run_sft(
-        model,
-        tokenizer,
-        examples,
-        steps=steps,
-        batch_size=spec.sft.batch_size,
-        lr=spec.sft.lr,
-        seed=spec.seed,
-        max_seq_len=spec.model.max_seq_len,
-        log_path=metrics_path,
-        vocab_chunk=spec.model.logprob_vocab_chunk,
-        return_state=True,
-    )
-    extra = {
-        "sft": {
-            "steps": steps,
-            "examples": len(examples),
-            "source": spec.sft.source,
-            "final_loss": history[-1] if history else None,
-        }
-    }
-    return save_checkpoint(
-        checkpoint_path(run_dir / "checkpoints", steps),
-        state,
-        extra,
-        model_config=spec.model,
-        keep=spec.train.keep_checkpoints,
-    )

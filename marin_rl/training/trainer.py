@@ -1,7 +1,7 @@
 """The RL trainer step: trainer-side log-probs, the configured policy loss, gradient accumulation, AdamW.
 
 Batches are fixed-shape [B, S] (B = train.batch_size; pad with `pad_train_batch`), so the step compiles once.
-Token layout (see `marin_rl.logprobs`): each row is prompt + response, left-aligned, right-padded with the pad id;
+Token layout (see `marin_rl.training.logprobs`): each row is prompt + response, left-aligned, right-padded with the pad id;
 `loss_mask[b, t] = 1` on response tokens, and `sampler_logp[b, t]` is the sampler's log-prob of tokens[b, t] at the
 SAME temperature the trainer uses (out[:, t] = log p(tokens[:, t] | tokens[:, :t])).
 
@@ -22,10 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from marin_rl.logprobs import token_stats
-from marin_rl.models.policy import cast_floating, resolve_dtype
+from marin_rl.config.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
+from marin_rl.models.arrays import cast_floating, resolve_dtype
 from marin_rl.objectives import LossConfig, batch_normalizer, policy_loss
-from marin_rl.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
+from marin_rl.training.logprobs import token_stats
 
 
 class TrainBatch(eqx.Module):

@@ -1,0 +1,33 @@
+"""mode=eval: sample the held-out set with the configured policy in this process (no Ray) and summarize."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from marin_rl.config.spec import RunSpec
+from marin_rl.runlog.writer import write_summary
+
+
+def eval_main(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
+    """mode=eval: sample the held-out set with the configured policy in this process (no Ray) and summarize."""
+    import jax
+
+    from marin_rl.environments import build_environment
+    from marin_rl.inference.graded_sampling import eval_records, sample_and_score
+    from marin_rl.inference.sampler import Sampler
+    from marin_rl.models.policy import build_policy
+    from marin_rl.runlog.eval_summary import summarize_eval
+
+    model, tokenizer, _ = build_policy(spec.model, jax.random.PRNGKey(spec.seed))
+    env = build_environment(spec.env, seed=spec.seed)
+    sampler = Sampler(model, tokenizer, spec.sampler, spec.model.max_seq_len, version=0, seed=spec.seed)
+    problems = env.eval_problems(spec.train.eval_prompts)
+    samples = sample_and_score(
+        sampler, env, problems, tokenizer, spec.model, spec.train.eval_samples,
+        temperature=spec.sampler.eval_temperature, max_new_tokens=spec.sampler.eval_max_new_tokens,
+    )
+    summary = {"status": "completed", "eval": summarize_eval(eval_records(samples))}
+    write_summary(run_dir, summary)
+    print(f"eval pass@1 = {summary['eval']['pass_at_1']:.3f} on {len(problems)} prompts", flush=True)
+    return summary

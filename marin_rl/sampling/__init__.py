@@ -1,1 +1,0 @@
-"""Pieces of the levanter sampler (marin_rl/sampler.py): KV-cache decoder, jitted kernels, token choice, stops."""
