@@ -1,8 +1,10 @@
-"""Rollouts: what a rollout worker ships to the trainer, and how a batch of them becomes a training batch.
+"""Rollouts: the raw, graded samples a rollout worker ships to the trainer.
 
-A `Rollout` is one sampled response with its per-token sampler log-probs and per-token policy versions; a
-`RolloutGroup` is the n responses to one prompt, with the group-relative advantages already computed (the
-advantage of a response only makes sense inside its group, so it is fixed where the group is complete).
+A `Rollout` is one sampled response with its per-token sampler log-probs, per-token policy versions and the
+environment's grade (reward and its components). A `RolloutGroup` is the G responses to one prompt. Nothing here
+is shaped, normalised or filtered: reward shaping, advantages and filtering are the trainer's
+(`marin_rl.training.data_processing.prepare_batch`), computed when a group is used, so a group reused from the
+replay buffer or a batch-level normalisation sees the same raw data.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from marin_rl.objectives import group_advantages
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,9 @@ class Rollout:
     response_tokens: np.ndarray  # int32[R], EOS included when the response stopped
     sampler_logp: np.ndarray  # float32[R], log-prob of each response token under the sampling distribution
     versions: np.ndarray  # int32[R], policy version that produced each token
-    reward: float
-    correct: bool
+    reward: float  # the environment's reward, unshaped
+    correct: bool  # reward component: the grader's verdict
+    format_ok: bool  # reward component: the answer had the expected format (a box, a number, a label)
     truncated: bool  # hit max_new_tokens (finish_reason == "length")
 
     @property
@@ -43,74 +44,23 @@ class Rollout:
 @dataclass(frozen=True)
 class RolloutGroup:
     rollouts: tuple[Rollout, ...]
-    advantages: np.ndarray  # float32[G]
 
     @property
     def env(self) -> str:
         return self.rollouts[0].env
 
     @property
-    def rewards(self) -> np.ndarray:
+    def rewards_G(self) -> np.ndarray:
         return np.array([r.reward for r in self.rollouts], dtype=np.float32)
 
     @property
     def min_version(self) -> int:
         return min(r.min_version for r in self.rollouts)
 
-    @property
-    def is_zero_variance(self) -> bool:
-        """Every response got the same reward: all advantages are 0 and the group carries no gradient."""
-        rewards = self.rewards
-        return bool(np.all(rewards == rewards[0]))
-
     def __len__(self) -> int:
         return len(self.rollouts)
-
-
-def make_group(rollouts: list[Rollout], estimator: str) -> RolloutGroup:
-    rewards = np.array([r.reward for r in rollouts], dtype=np.float32)
-    advantages = np.asarray(group_advantages(rewards, estimator), dtype=np.float32)
-    return RolloutGroup(tuple(rollouts), advantages)
 
 
 def staleness(group: RolloutGroup, trainer_version: int) -> int:
     """Trainer steps between the oldest token of the group and the weights about to be updated."""
     return trainer_version - group.min_version
-
-
-@dataclass(frozen=True)
-class PackedBatch:
-    """A training batch as dense right-padded arrays (see marin_rl/training/logprobs.py for the layout)."""
-
-    tokens: np.ndarray  # int32[B, S]: prompt + response, right-padded
-    loss_mask: np.ndarray  # float32[B, S]: 1 on response tokens that count
-    advantages: np.ndarray  # float32[B]
-    sampler_logp: np.ndarray  # float32[B, S]: aligned with tokens (0 off the response)
-    truncated: np.ndarray  # bool[B]
-
-
-def pack_groups(
-    groups: list[RolloutGroup], seq_len: int, pad_id: int, mask_truncated: bool = False
-) -> PackedBatch:
-    """Lay each response after its prompt in a row of `seq_len`; with `mask_truncated`, truncated rows get no loss."""
-    rollouts = [r for g in groups for r in g.rollouts]
-    advantages = np.concatenate([g.advantages for g in groups]).astype(np.float32)
-    B = len(rollouts)
-    tokens = np.full((B, seq_len), pad_id, dtype=np.int32)
-    mask = np.zeros((B, seq_len), dtype=np.float32)
-    logp = np.zeros((B, seq_len), dtype=np.float32)
-    truncated = np.zeros(B, dtype=bool)
-    for i, r in enumerate(rollouts):
-        p, n = len(r.prompt_tokens), len(r.response_tokens)
-        if p + n > seq_len:
-            raise ValueError(
-                f"rollout {r.problem_id} has {p} prompt + {n} response tokens > model.max_seq_len={seq_len}; "
-                "shorten the prompt or lower sampler.max_new_tokens"
-            )
-        tokens[i, :p] = r.prompt_tokens
-        tokens[i, p : p + n] = r.response_tokens
-        logp[i, p : p + n] = r.sampler_logp
-        truncated[i] = r.truncated
-        if not (mask_truncated and r.truncated):
-            mask[i, p : p + n] = 1.0
-    return PackedBatch(tokens, mask, advantages, logp, truncated)

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from marin_rl.runlog.reader import read_metrics
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # A run that takes a few real RL steps in well under a minute of compute on 2 cores.
@@ -66,16 +68,7 @@ def wait_for(predicate, timeout: float, proc: subprocess.Popen | None = None, wh
 
 
 def metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return rows
+    return read_metrics(run_dir / "metrics.jsonl")[0]
 
 
 def summary(run_dir: Path) -> dict:

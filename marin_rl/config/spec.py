@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from marin_rl.config.strict import StrictModel
 from marin_rl.environments.config import EnvConfig
 from marin_rl.objectives.config import LossConfig
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SamplerConfig(StrictModel):
@@ -235,11 +232,12 @@ class RunSpec(StrictModel):
                 f"loss.overlong.buffer_len={self.loss.overlong.buffer_len} exceeds "
                 f"sampler.max_new_tokens={self.sampler.max_new_tokens}; the penalty ramp must fit in the response"
             )
-        env_overlong = [c.resolved_name for c in self.env.components if c.reward.overlong.enabled]
-        if self.loss.overlong.penalty and env_overlong:
+        groups = self.train.batch_size // g
+        if groups < self.hardware.num_rollout_workers:
             raise ValueError(
-                f"the overlong penalty is enabled twice: loss.overlong.penalty=true (loss={self.loss.name}) and "
-                f"env reward.overlong.enabled=true for {env_overlong}; it would be added twice, so enable one"
+                f"train.batch_size={self.train.batch_size} / rollout.n_generations={g} = {groups} prompts per step "
+                f"cannot be shared by hardware.num_rollout_workers={self.hardware.num_rollout_workers}: every "
+                f"worker samples at least one prompt a step; allowed: num_rollout_workers <= {groups}"
             )
         if self.resume not in ("never", "auto") and not self.resume:
             raise ValueError("resume must be 'never', 'auto' or a path to a run folder")

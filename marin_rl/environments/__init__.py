@@ -6,6 +6,7 @@ several components are configured). Environments know nothing about Ray or the t
 
 from __future__ import annotations
 
+from marin_rl.config.seeds import derive_seed
 from marin_rl.environments.base import Environment, Problem, Score
 from marin_rl.environments.classification import ClassificationEnvironment
 from marin_rl.environments.config import EnvComponentConfig, EnvConfig, RewardConfig
@@ -15,11 +16,6 @@ from marin_rl.environments.grading import LazyGradingPool
 from marin_rl.environments.mixture import MixtureEnvironment
 from marin_rl.environments.mock import MockEnvironment
 from marin_rl.environments.mock_tasks import MOCK_TASKS
-
-
-def _component_seed(seed: int, index: int) -> int:
-    """Distinct, reproducible sampling streams per component."""
-    return int(seed) * 1_000_003 + index
 
 
 def build_component(
@@ -40,7 +36,7 @@ def build_environment(env_cfg: EnvConfig, seed: int) -> Environment:
     """
     pool = LazyGradingPool(env_cfg.grading)
     components = [
-        build_component(component, env_cfg.data_dir, pool, _component_seed(seed, index))
+        build_component(component, env_cfg.data_dir, pool, derive_seed(seed, "env-component", index))
         for index, component in enumerate(env_cfg.components)
     ]
     if len(components) == 1:

@@ -102,25 +102,22 @@ class Environment(abc.ABC):
     def judge(self, problem: Problem, response: str) -> tuple[bool, bool, str | None]:
         """(correct, format_ok, extracted) for one response, graded in this process."""
 
-    def score(
-        self, problem: Problem, response: str, truncated: bool = False, n_tokens: int | None = None
-    ) -> Score:
-        """Grade one response. `n_tokens` feeds the overlong penalty; None = len(response) (the char model)."""
+    def score(self, problem: Problem, response: str, truncated: bool = False) -> Score:
+        """Grade one response."""
         correct, format_ok, extracted = self.judge(problem, response)
-        return self._make_score(correct, format_ok, extracted, response, truncated, n_tokens)
+        return self._make_score(correct, format_ok, extracted, truncated)
 
     def score_batch(
         self,
         problems: Sequence[Problem],
         responses: Sequence[str],
         truncated: Sequence[bool] | None = None,
-        n_tokens: Sequence[int] | None = None,
     ) -> list[Score]:
         """Grade a batch (data environments override this to use the grading process pool)."""
-        truncated, n_tokens = _batch_defaults(problems, responses, truncated, n_tokens)
+        truncated = _batch_defaults(problems, responses, truncated)
         return [
-            self.score(problem, response, flag, length)
-            for problem, response, flag, length in zip(problems, responses, truncated, n_tokens, strict=True)
+            self.score(problem, response, flag)
+            for problem, response, flag in zip(problems, responses, truncated, strict=True)
         ]
 
     def _make_score(
@@ -128,12 +125,9 @@ class Environment(abc.ABC):
         correct: bool,
         format_ok: bool,
         extracted: str | None,
-        response: str,
         truncated: bool,
-        n_tokens: int | None,
     ) -> Score:
-        length = len(response) if n_tokens is None else n_tokens
-        reward = combine_reward(self.reward_config, correct, format_ok, length)
+        reward = combine_reward(self.reward_config, correct, format_ok)
         return Score(reward, bool(correct), bool(format_ok), bool(truncated), extracted)
 
     def close(self) -> None:
@@ -145,14 +139,10 @@ def _batch_defaults(
     problems: Sequence[Problem],
     responses: Sequence[str],
     truncated: Sequence[bool] | None,
-    n_tokens: Sequence[int | None] | None,
-) -> tuple[Sequence[bool], Sequence[int | None]]:
+) -> Sequence[bool]:
     if len(problems) != len(responses):
         raise ValueError(f"got {len(problems)} problems but {len(responses)} responses")
     truncated = [False] * len(responses) if truncated is None else truncated
-    n_tokens = [None] * len(responses) if n_tokens is None else n_tokens
-    if len(truncated) != len(responses) or len(n_tokens) != len(responses):
-        raise ValueError(
-            f"truncated ({len(truncated)}) and n_tokens ({len(n_tokens)}) must match responses ({len(responses)})"
-        )
-    return truncated, n_tokens
+    if len(truncated) != len(responses):
+        raise ValueError(f"truncated ({len(truncated)}) must match responses ({len(responses)})")
+    return truncated

@@ -8,45 +8,20 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from marin_rl.config.strict import StrictModel
 from marin_rl.environments.mock_tasks import MOCK_TASKS
 
 DATA_KINDS = ("math500", "gsm8k")
 
 
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class OverlongPenaltyConfig(StrictModel):
-    """DAPO soft overlong punishment (Yu et al. 2025, eq. 13), added to the reward of long responses."""
-
-    enabled: bool = False
-    max_len: int | None = Field(None, gt=0)  # response length (tokens) that gets the full -factor
-    buffer_len: int = Field(
-        16, ge=0
-    )  # the penalty ramps linearly over the last buffer_len tokens before max_len
-    factor: float = Field(1.0, ge=0.0)
-
-    @model_validator(mode="after")
-    def _max_len_when_enabled(self) -> OverlongPenaltyConfig:
-        if self.enabled and self.max_len is None:
-            raise ValueError(
-                "reward.overlong.max_len must be set (e.g. sampler.max_new_tokens) when enabled=true"
-            )
-        if self.max_len is not None and self.buffer_len > self.max_len:
-            raise ValueError(f"reward.overlong.buffer_len={self.buffer_len} exceeds max_len={self.max_len}")
-        return self
-
-
 class RewardConfig(StrictModel):
-    """reward = (correct if the answer is right else incorrect) + format * format_ok + overlong penalty."""
+    """reward = (correct if the answer is right else incorrect) + format * format_ok (length shaping: loss.overlong)."""
 
     correct: float = 1.0
     incorrect: float = 0.0
     format: float = 0.0  # small bonus for the expected answer format (a box, a number, a label); 0 = off
-    overlong: OverlongPenaltyConfig = OverlongPenaltyConfig()
 
 
 class _ComponentBase(StrictModel):

@@ -87,16 +87,15 @@ class DatasetEnvironment(Environment):
         problems: Sequence[Problem],
         responses: Sequence[str],
         truncated: Sequence[bool] | None = None,
-        n_tokens: Sequence[int] | None = None,
     ) -> list[Score]:
-        truncated, n_tokens = _batch_defaults(problems, responses, truncated, n_tokens)
+        truncated = _batch_defaults(problems, responses, truncated)
         if not responses:
             return []
         verdicts = self.verdicts(list(responses), [p.gold for p in problems])
         scores = []
-        for response, correct, flag, length in zip(responses, verdicts, truncated, n_tokens, strict=True):
+        for response, correct, flag in zip(responses, verdicts, truncated, strict=True):
             format_ok, extracted = self.answer_format(response)
-            scores.append(self._make_score(correct, format_ok, extracted, response, flag, length))
+            scores.append(self._make_score(correct, format_ok, extracted, flag))
         return scores
 
     def judge(self, problem: Problem, response: str) -> tuple[bool, bool, str | None]:

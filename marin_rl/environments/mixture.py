@@ -74,19 +74,16 @@ class MixtureEnvironment(Environment):
     def judge(self, problem: Problem, response: str) -> tuple[bool, bool, str | None]:
         return self.component(problem).judge(problem, response)
 
-    def score(
-        self, problem: Problem, response: str, truncated: bool = False, n_tokens: int | None = None
-    ) -> Score:
-        return self.component(problem).score(problem, response, truncated, n_tokens)
+    def score(self, problem: Problem, response: str, truncated: bool = False) -> Score:
+        return self.component(problem).score(problem, response, truncated)
 
     def score_batch(
         self,
         problems: Sequence[Problem],
         responses: Sequence[str],
         truncated: Sequence[bool] | None = None,
-        n_tokens: Sequence[int] | None = None,
     ) -> list[Score]:
-        truncated, n_tokens = _batch_defaults(problems, responses, truncated, n_tokens)
+        truncated = _batch_defaults(problems, responses, truncated)
         scores: list[Score | None] = [None] * len(problems)
         for component in self._components:
             indices = [i for i, problem in enumerate(problems) if self.component(problem) is component]
@@ -96,7 +93,6 @@ class MixtureEnvironment(Environment):
                 [problems[i] for i in indices],
                 [responses[i] for i in indices],
                 [truncated[i] for i in indices],
-                [n_tokens[i] for i in indices],
             )
             for index, score in zip(indices, graded, strict=True):
                 scores[index] = score

@@ -9,22 +9,14 @@ import numpy as np
 
 from marin_rl.config.spec import ModelConfig
 from marin_rl.environments.base import Environment, Problem, Score
+from marin_rl.inference.prompts import encode_prompt, fit_prompt, prompt_style
 from marin_rl.rollouts import Rollout
 
 
 def render_prompt_tokens(env: Environment, problems: list[Problem], tokenizer: Any, model_cfg: ModelConfig) -> list[list[int]]:
     """Token ids of each problem's prompt: plain text for the tiny model, the chat template for instruct models."""
-    out = []
-    for p in problems:
-        if model_cfg.chat_template:
-            messages = env.render(p, "chat")
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        else:
-            ids = tokenizer(env.render(p, "plain"), add_special_tokens=False)["input_ids"]
-            if tokenizer.bos_token_id is not None:
-                ids = [tokenizer.bos_token_id, *ids]
-        out.append(list(ids))
-    return out
+    style = prompt_style(model_cfg.chat_template)
+    return [encode_prompt(env.render(p, style), tokenizer) for p in problems]
 
 
 @dataclass(frozen=True)
@@ -53,18 +45,17 @@ def sample_and_score(
     A prompt longer than the context leaves room for is cut from the left (its end holds the instruction).
     """
     budget = model_cfg.max_seq_len - (max_new_tokens or sampler.cfg.max_new_tokens)
-    prompts = [p[-budget:] for p in render_prompt_tokens(env, problems, tokenizer, model_cfg)]
+    prompts = [fit_prompt(p, budget) for p in render_prompt_tokens(env, problems, tokenizer, model_cfg)]
     completions = sampler.generate(
         prompts, n, temperature=temperature, max_new_tokens=max_new_tokens, on_chunk=on_chunk
     )
-    flat_problems, flat_texts, flat_trunc, flat_len = [], [], [], []
+    flat_problems, flat_texts, flat_trunc = [], [], []
     for problem, comps in zip(problems, completions):
         for c in comps:
             flat_problems.append(problem)
             flat_texts.append(tokenizer.decode(c.tokens, skip_special_tokens=True))
             flat_trunc.append(c.finish_reason == "length")
-            flat_len.append(len(c.tokens))
-    scores = env.score_batch(flat_problems, flat_texts, flat_trunc, n_tokens=flat_len)
+    scores = env.score_batch(flat_problems, flat_texts, flat_trunc)
     out, i = [], 0
     for problem, prompt, comps in zip(problems, prompts, completions):
         row = []
@@ -86,6 +77,7 @@ def to_rollout(s: ScoredSample) -> Rollout:
         versions=np.asarray(c.versions, dtype=np.int32),
         reward=float(s.score.reward),
         correct=bool(s.score.correct),
+        format_ok=bool(s.score.format_ok),
         truncated=c.finish_reason == "length",
     )
 

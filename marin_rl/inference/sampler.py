@@ -146,6 +146,10 @@ class Sampler:
     def model(self):
         return self._model
 
+    def reseed(self, seed: int) -> None:
+        """Restart the sampling key from `seed`: a caller that reseeds each round makes rounds independent of order."""
+        self._key = jax.random.PRNGKey(seed)
+
     def set_weights(self, model, version: int) -> None:
         """Queue new weights (same shapes) for the next chunk boundary; thread-safe; the latest call wins."""
         model = _to_device(model, self.compute_dtype)

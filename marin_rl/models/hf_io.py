@@ -58,6 +58,11 @@ def hf_lev_config(hf_path: str, max_seq_len: int) -> LmConfig:
     return dataclasses.replace(lev_config, seq_len=max_seq_len)
 
 
+def hf_vocab_size(hf_path: str | Path) -> int:
+    """The vocabulary size in an HF config.json (what import_hf keeps: HF models often pad it past the tokenizer)."""
+    return int(AutoConfig.from_pretrained(str(hf_path)).vocab_size)
+
+
 def export_hf(
     model: LmHeadModel,
     tokenizer: PreTrainedTokenizerBase,

@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from marin_rl.config.spec import ModelConfig
 from marin_rl.models.arrays import cast_floating, resolve_dtype
-from marin_rl.models.hf_io import hf_lev_config, import_hf
+from marin_rl.models.hf_io import hf_lev_config, hf_vocab_size, import_hf
 from marin_rl.models.tokenizer import load_tokenizer
 from marin_rl.training import checkpoint as ckpt
 
@@ -99,6 +99,21 @@ def load_weights(
         f"model.init_checkpoint={str(path)!r} is neither a marin-rl checkpoint folder (with "
         f"{ckpt.COMPLETE_MARKER}) nor an HF model folder (with config.json)"
     )
+
+
+def policy_structure(model_cfg: ModelConfig) -> tuple[LmHeadModel, PreTrainedTokenizerBase]:
+    """(the policy's module tree with shapes and dtypes but no weights, tokenizer): what a rollout worker holds
+    until the first weights arrive. eqx.filter_eval_shape builds it without materialising a single array."""
+    tokenizer = load_tokenizer(model_cfg)
+    if model_cfg.kind == "tiny":
+        lev_config, vocab_size = tiny_lev_config(model_cfg), len(tokenizer)
+    else:
+        assert model_cfg.hf_path is not None  # checked by ModelConfig
+        lev_config = hf_lev_config(model_cfg.hf_path, model_cfg.max_seq_len)
+        vocab_size = hf_vocab_size(model_cfg.hf_path)
+    if model_cfg.init_checkpoint and ckpt.is_checkpoint(model_cfg.init_checkpoint):
+        vocab_size = ckpt.checkpoint_vocab_size(model_cfg.init_checkpoint) or vocab_size
+    return eqx.filter_eval_shape(model_template, lev_config, vocab_size), tokenizer
 
 
 def model_template(lev_config: LmConfig, vocab_size: int) -> LmHeadModel:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from marin_rl.config.seeds import derive_seed, jax_key
 from marin_rl.config.spec import RunSpec
 from marin_rl.runlog.writer import write_summary
 
 
 def eval_main(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     """mode=eval: sample the held-out set with the configured policy in this process (no Ray) and summarize."""
-    import jax
 
     from marin_rl.environments import build_environment
     from marin_rl.inference.graded_sampling import eval_records, sample_and_score
@@ -19,9 +19,9 @@ def eval_main(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     from marin_rl.models.policy import build_policy
     from marin_rl.runlog.eval_summary import summarize_eval
 
-    model, tokenizer, _ = build_policy(spec.model, jax.random.PRNGKey(spec.seed))
+    model, tokenizer, _ = build_policy(spec.model, jax_key(spec.seed, "model-init"))
     env = build_environment(spec.env, seed=spec.seed)
-    sampler = Sampler(model, tokenizer, spec.sampler, spec.model.max_seq_len, version=0, seed=spec.seed)
+    sampler = Sampler(model, tokenizer, spec.sampler, spec.model.max_seq_len, version=0, seed=derive_seed(spec.seed, "eval", 0))
     problems = env.eval_problems(spec.train.eval_prompts)
     samples = sample_and_score(
         sampler, env, problems, tokenizer, spec.model, spec.train.eval_samples,

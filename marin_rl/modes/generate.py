@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jax
-import numpy as np
-
+from marin_rl.config.seeds import derive_seed, jax_key, numpy_rng
 from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
 from marin_rl.environments.synthetic import Sample, generate_synthetic
+from marin_rl.inference.prompts import encode_prompt, fit_prompt, prompt_style
 from marin_rl.inference.sampler import Sampler
 from marin_rl.models.policy import build_policy
 
@@ -18,16 +17,8 @@ def make_sample_fn(sampler: Sampler, tokenizer, spec: RunSpec):
     """A `synthetic.SampleFn` over the JAX sampler: rendered prompts in, decoded samples with token counts out."""
     budget = spec.model.max_seq_len - spec.sampler.max_new_tokens
 
-    def encode(prompt) -> list[int]:
-        if isinstance(prompt, str):
-            ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-            ids = [tokenizer.bos_token_id, *ids] if tokenizer.bos_token_id is not None else ids
-        else:
-            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
-        return list(ids)[-budget:]
-
     def sample_fn(prompts, n: int):
-        token_prompts = [encode(p) for p in prompts]
+        token_prompts = [fit_prompt(encode_prompt(p, tokenizer), budget) for p in prompts]
         completions = sampler.generate(token_prompts, n)
         return [
             [
@@ -43,17 +34,17 @@ def make_sample_fn(sampler: Sampler, tokenizer, spec: RunSpec):
 
 def generate_main(spec: RunSpec, run_dir: Path) -> Path:
     g = spec.generate
-    model, tokenizer, _ = build_policy(spec.model, jax.random.PRNGKey(spec.seed))
+    model, tokenizer, _ = build_policy(spec.model, jax_key(spec.seed, "model-init"))
     env = build_environment(spec.env, seed=spec.seed)
-    sampler = Sampler(model, tokenizer, spec.sampler, spec.model.max_seq_len, version=0, seed=spec.seed)
+    sampler = Sampler(model, tokenizer, spec.sampler, spec.model.max_seq_len, version=0, seed=derive_seed(spec.seed, "generate"))
     if g.split == "train":
-        problems = env.sample(g.num_prompts, np.random.default_rng(spec.seed))
+        problems = env.sample(g.num_prompts, numpy_rng(spec.seed, "generate-data"))
     else:
         problems = env.eval_problems(g.num_prompts)
     out = Path(g.out) if g.out else Path(run_dir) / "synthetic.jsonl"
     stats = generate_synthetic(
         env, problems, make_sample_fn(sampler, tokenizer, spec), g.n, out, keep=g.keep,
-        style="chat" if spec.model.chat_template else "plain",
+        style=prompt_style(spec.model.chat_template),
     )
     print(
         f"generated {stats['n_samples']} responses for {stats['n_problems']} prompts "

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jax
-
+from marin_rl.config.seeds import derive_seed, jax_key
 from marin_rl.config.spec import RunSpec
 from marin_rl.training.sft import run_sft, sft_examples, sft_steps
 
@@ -20,7 +19,7 @@ def sft_main(spec: RunSpec, run_dir: Path) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     steps = sft_steps(spec)
     model, tokenizer, _ = build_policy(
-        spec.model, jax.random.PRNGKey(spec.seed), dtype=spec.hardware.param_dtype
+        spec.model, jax_key(spec.seed, "model-init"), dtype=spec.hardware.param_dtype
     )
     env = build_environment(spec.env, seed=spec.seed)
     try:
@@ -39,7 +38,7 @@ def sft_main(spec: RunSpec, run_dir: Path) -> Path:
         steps=steps,
         batch_size=spec.sft.batch_size,
         lr=spec.sft.lr,
-        seed=spec.seed,
+        seed=derive_seed(spec.seed, "sft"),
         max_seq_len=spec.model.max_seq_len,
         log_path=metrics_path,
         vocab_chunk=spec.model.logprob_vocab_chunk,

@@ -1,42 +1,32 @@
 """The RL objective as small pure JAX functions (jit/grad-traceable, NumPy inputs accepted), one idea per module.
 
-advantages     group_advantages, batch_group_advantages, advantage_metrics        (rollout side)
-filtering      zero_variance_groups, GroupAccounting, select_batch_groups, mask_truncated   (rollout side)
-shaping        overlong_penalty, apply_overlong_penalty                            (rollout side)
-aggregation    aggregate_loss, Normalizer, batch_normalizer, aggregate_with_normalizer
-surrogates     clipped_surrogate, gspo_ratio, token_ratio
-importance     truncated_is_weights
+Data side (run by marin_rl.training.data_processing.prepare_batch on the trainer, when a group is used):
+shaping        overlong_penalty, apply_overlong_penalty       rewards -> shaped rewards
+advantages     batch_group_advantages, advantage_metrics      shaped rewards -> group-relative advantages
+filtering      zero_variance_groups, GroupAccounting, mask_truncated   which groups and tokens count
+
+Loss side (run inside the jitted train step, marin_rl.training.trainer):
+aggregation    Normalizer, batch_normalizer, aggregate_with_normalizer, masked_token_mean, masked_sequence_mean
+surrogates     clipped_surrogate, clip_indicators, gspo_ratio, token_ratio
+importance     truncated_is_weights, truncated_is_clipped
 kl             kl_estimate
-entropy        chunked_entropy, entropy_from_logits
-loss           policy_loss (everything above assembled per the `loss:` config)
-sampling_checks  warn_if_greedy
+loss           policy_loss (the loss-side pieces assembled per the `loss:` config)
+
+sampling_checks  warn_if_greedy (at launch)
 See docs/objectives.md for which preset uses which piece.
 """
 
-from marin_rl.objectives.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    advantage_metrics,
-    batch_group_advantages,
-    group_advantages,
-)
+from marin_rl.objectives.advantages import ADVANTAGE_ESTIMATORS, advantage_metrics, batch_group_advantages
 from marin_rl.objectives.aggregation import (
     AGGREGATION_MODES,
     Normalizer,
-    aggregate_loss,
     aggregate_with_normalizer,
     batch_normalizer,
     masked_sequence_mean,
     masked_token_mean,
 )
 from marin_rl.objectives.config import LossConfig
-from marin_rl.objectives.entropy import chunked_entropy, entropy_from_logits
-from marin_rl.objectives.filtering import (
-    GroupAccounting,
-    filtered_fraction,
-    mask_truncated,
-    select_batch_groups,
-    zero_variance_groups,
-)
+from marin_rl.objectives.filtering import GroupAccounting, mask_truncated, zero_variance_groups
 from marin_rl.objectives.importance import truncated_is_clipped, truncated_is_weights
 from marin_rl.objectives.kl import KL_KINDS, kl_estimate
 from marin_rl.objectives.loss import policy_loss
@@ -53,18 +43,13 @@ __all__ = [
     "LossConfig",
     "Normalizer",
     "advantage_metrics",
-    "aggregate_loss",
     "aggregate_with_normalizer",
     "apply_overlong_penalty",
     "batch_group_advantages",
     "batch_normalizer",
-    "chunked_entropy",
     "clip_indicators",
     "clipped_surrogate",
-    "entropy_from_logits",
-    "filtered_fraction",
     "greedy_reasons",
-    "group_advantages",
     "gspo_ratio",
     "kl_estimate",
     "mask_truncated",
@@ -72,7 +57,6 @@ __all__ = [
     "masked_token_mean",
     "overlong_penalty",
     "policy_loss",
-    "select_batch_groups",
     "token_ratio",
     "truncated_is_clipped",
     "truncated_is_weights",

@@ -62,14 +62,8 @@ def _as_rewards(rewards, ndim: int, name: str) -> jax.Array:
     return rewards
 
 
-def group_advantages(rewards, estimator: str) -> jax.Array:
-    """[G] rewards of one prompt's responses -> [G] advantages with `estimator` (grpo | dr_grpo | rloo, module doc)."""
-    _check_estimator(estimator)
-    return _group_advantages_last_axis(_as_rewards(rewards, 1, "rewards"), estimator)
-
-
 def batch_group_advantages(rewards, estimator: str) -> jax.Array:
-    """[num_groups, G] rewards -> [num_groups, G] advantages, each row one group (same formulas as group_advantages)."""
+    """[num_groups, G] rewards -> [num_groups, G] advantages, each row one group (formulas in the module docstring)."""
     _check_estimator(estimator)
     return _group_advantages_last_axis(_as_rewards(rewards, 2, "rewards"), estimator)
 

@@ -112,12 +112,6 @@ def aggregate_with_normalizer(per_token, mask, mode: str, normalizer: Normalizer
     return safe_divide(row_sums.sum() / normalizer.fixed_budget, total_sequences)
 
 
-def aggregate_loss(per_token, mask, mode: str, fixed_budget: float | None = None) -> jax.Array:
-    """Aggregate a whole batch's [B, T] per-token loss to a scalar with one of the five modes (module docstring)."""
-    check_aggregation_mode(mode, fixed_budget)
-    return aggregate_with_normalizer(per_token, mask, mode, batch_normalizer(mask, fixed_budget))
-
-
 def masked_token_mean(values, mask, normalizer: Normalizer) -> jax.Array:
     """sum_{b,t} v*m / N with the whole batch's N: a token-mean metric that sums exactly over micro-batches."""
     return aggregate_with_normalizer(values, mask, "token_mean", normalizer)

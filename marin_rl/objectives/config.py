@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from marin_rl.config.strict import StrictModel
 
 AdvantageEstimator = Literal["grpo", "dr_grpo", "rloo"]
 AggregationMode = Literal[
     "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "token_sum", "batch_scaled_token_mean"
 ]
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TruncatedISConfig(StrictModel):

@@ -27,12 +27,6 @@ def zero_variance_groups(rewards) -> jax.Array:
     return rewards.max(axis=-1) == rewards.min(axis=-1)
 
 
-def filtered_fraction(zero_variance) -> jax.Array:
-    """Fraction of groups dropped: mean of the zero_variance_groups mask (0 for an empty batch)."""
-    zero_variance = jnp.asarray(zero_variance, dtype=jnp.float32)
-    return zero_variance.sum() / jnp.maximum(zero_variance.size, 1)
-
-
 def mask_truncated(mask, truncated) -> jax.Array:
     """[B, T] mask with the rows of truncated answers ([B] bool, finish_reason=length) zeroed: overlong filtering."""
     mask = _as_float(mask)
@@ -102,20 +96,3 @@ class GroupAccounting:
             "filter/sampling_rounds": float(self.rounds),
             "filter/batch_fill": min(self.kept_groups, self.target_groups) / self.target_groups,
         }
-
-
-def select_batch_groups(zero_variance, target_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pick target_groups group indices for a fixed-shape batch: groups with variance first (in order), then, if too
-    few, zero-variance groups as fillers. Returns (indices [target_groups], counted [target_groups] bool); give the
-    fillers an all-zero mask so they contribute nothing (the batch shape, and so the jit cache, stays fixed).
-    """
-    zero_variance = np.asarray(zero_variance, dtype=bool).reshape(-1)
-    if zero_variance.size < target_groups:
-        raise ValueError(
-            f"need {target_groups} groups to build the batch but only {zero_variance.size} were sampled"
-        )
-    kept = np.flatnonzero(~zero_variance)[:target_groups]
-    fillers = np.flatnonzero(zero_variance)[: target_groups - kept.size]
-    indices = np.concatenate([kept, fillers]).astype(np.int64)
-    counted = np.concatenate([np.ones(kept.size, bool), np.zeros(fillers.size, bool)])
-    return indices, counted

@@ -1,4 +1,4 @@
-"""Reward shaping applied on the rollout side, before advantages: DAPO's soft overlong punishment.
+"""Reward shaping applied on the trainer side, before advantages: DAPO's soft overlong punishment.
 
     R_len(|y|) = 0                                          |y| <= L_max - L_buf
                = -factor * (|y| - (L_max - L_buf)) / L_buf   L_max - L_buf < |y| <= L_max

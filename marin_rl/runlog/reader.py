@@ -141,16 +141,22 @@ def find_run_dirs(roots: Iterable[str | Path]) -> list[Path]:
     return sorted(found.values(), key=_natural_key)
 
 
-def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
-    """{"a": {"b": 1}} -> {"a.b": "1"}; lists and scalars become their JSON text so they compare as values."""
+def flatten_tree(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}: nested mappings become dotted keys; other values (an empty mapping too) are leaves."""
     if isinstance(tree, Mapping) and tree:
-        flat: dict[str, str] = {}
+        flat: dict[str, Any] = {}
         for key, value in tree.items():
-            flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+            flat.update(flatten_tree(value, f"{prefix}.{key}" if prefix else str(key)))
         return flat
-    if isinstance(tree, str):
-        return {prefix: tree}
-    return {prefix: json.dumps(tree, sort_keys=True, default=str)}
+    return {prefix: tree}
+
+
+def flatten(tree: Any) -> dict[str, str]:
+    """flatten_tree with every leaf as text; lists and numbers become their JSON text so they compare as values."""
+    return {
+        key: value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+        for key, value in flatten_tree(tree).items()
+    }
 
 
 def parse_override(line: str) -> tuple[str, str]:

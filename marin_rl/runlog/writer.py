@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from marin_rl.runlog.reader import flatten_tree, read_metrics
+
 logger = logging.getLogger(__name__)
 
 WALL_BEFORE_RESUME = "wall_seconds_before_resume"  # checkpoint extra: run seconds up to that checkpoint
@@ -44,7 +46,7 @@ class MetricsLog:
     def __init__(self, run_dir: Path, resume_from_step: int | None = None):
         self.path = Path(run_dir) / "metrics.jsonl"
         if resume_from_step is not None and self.path.exists():
-            kept = [row for row in read_metrics(self.path) if row.get("step", 0) <= resume_from_step]
+            kept = [row for row in read_metrics(self.path)[0] if row.get("step", 0) <= resume_from_step]
             self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
         elif resume_from_step is None and self.path.exists():
             self.path.unlink()
@@ -53,16 +55,6 @@ class MetricsLog:
         with self.path.open("a") as f:
             f.write(json.dumps(_jsonable(row)) + "\n")
             f.flush()
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut short by a killed run
-    return rows
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
@@ -128,20 +120,11 @@ class WandbLogger:
 
     def finish(self, summary: dict[str, Any]) -> None:
         if self.run is not None:
-            for k, v in _flatten(summary).items():
+            for k, v in flatten_tree(summary).items():
+                if not isinstance(v, (int, float, str, bool)):
+                    continue
                 self.run.summary[k] = v
             self.run.finish()
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        elif isinstance(v, (int, float, str, bool)):
-            out[key] = v
-    return out
 
 
 def format_summary_table(summary: dict[str, Any]) -> str:

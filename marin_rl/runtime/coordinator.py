@@ -13,6 +13,28 @@ class Coordinator:
         self.stop_reason: str | None = None
         self.heartbeats: dict[int, tuple[float, str]] = {}
         self.worker_errors: list[str] = []
+        self.incarnations: dict[int, int] = {}
+        self.extra_request: tuple[int, int, int] | None = None  # (version, groups, index) not yet claimed
+        self.extra_rounds: dict[int, int] = {}  # version -> extra rounds requested so far
+
+    def register_worker(self, worker_id: int) -> int:
+        """The worker's incarnation: 0 for its first start, +1 for every restart (it names the worker's streams)."""
+        self.incarnations[worker_id] = self.incarnations.get(worker_id, -1) + 1
+        return self.incarnations[worker_id]
+
+    def request_extra_groups(self, version: int, n_groups: int) -> None:
+        """The trainer wants n_groups more groups sampled with weights `version` (dynamic sampling)."""
+        index = self.extra_rounds.get(version, 0)
+        self.extra_rounds[version] = index + 1
+        self.extra_request = (version, n_groups, index)
+
+    def claim_extra_groups(self, version: int) -> tuple[int, int] | None:
+        """(n_groups, index) of the pending extra round for `version`, claimed whole by one worker; else None."""
+        if self.extra_request is None or self.extra_request[0] != version:
+            return None
+        _, n_groups, index = self.extra_request
+        self.extra_request = None
+        return n_groups, index
 
     def publish_weights(self, packet: WeightPacket) -> None:
         if self.packet is None or packet.version >= self.packet.version:

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from marin_rl.config.spec import RunSpec
+from marin_rl.runlog.reader import read_metrics
 from marin_rl.runlog.writer import (
     WALL_BEFORE_RESUME,
     MetricsLog,
     WandbLogger,
     format_summary_table,
     plot_curves,
-    read_metrics,
     write_summary,
 )
 from marin_rl.runtime.ray_cluster import (
@@ -32,6 +32,18 @@ from marin_rl.runtime.ray_cluster import (
 logger = logging.getLogger(__name__)
 
 WORKER_RESTART_LIMIT = -1  # Ray restarts a dead rollout worker without limit; the run never waits on a dead one
+
+
+def groups_for_worker(groups_per_step: int, n_workers: int, worker_id: int) -> int:
+    """Worker `worker_id`'s share of a step's prompt groups: the remainder goes one each to the first workers."""
+    return groups_per_step // n_workers + (1 if worker_id < groups_per_step % n_workers else 0)
+
+
+def tokens_per_second(rows: list[dict[str, Any]]) -> float:
+    """Sampled tokens / seconds spent sampling, summed over steps (rows ship both, so a skipped step adds its
+    tokens and its seconds instead of a rate of 0)."""
+    seconds = sum(row.get("time/sample_s", 0.0) for row in rows)
+    return sum(row.get("throughput/sampled_tokens", 0) for row in rows) / seconds if seconds > 0 else 0.0
 
 
 class RunDriver:
@@ -76,7 +88,10 @@ class RunDriver:
             ).remote(spec_dict, i, self.coordinator, self.trainer, str(self.run_dir), self.weights_dir)
             for i in range(hw.num_rollout_workers)
         ]
-        self.groups_per_worker = max(1, (s.train.batch_size // s.rollout.n_generations) // hw.num_rollout_workers)
+        groups_per_step = s.train.batch_size // s.rollout.n_generations
+        self.groups_per_worker = [
+            groups_for_worker(groups_per_step, hw.num_rollout_workers, i) for i in range(hw.num_rollout_workers)
+        ]
         self.loops: dict[int, Any] = {}
         self.worker_restarts = 0
 
@@ -93,7 +108,7 @@ class RunDriver:
             remove_placement_group(self.pg)
 
     def _start_loop(self, i: int) -> None:
-        self.loops[i] = self.workers[i].run.remote(self.groups_per_worker)
+        self.loops[i] = self.workers[i].run.remote(self.groups_per_worker[i])
 
     def _check_loops(self) -> None:
         """Restart the loop of any worker whose actor died (Ray restarts the actor itself)."""
@@ -148,8 +163,7 @@ class RunDriver:
             self._start_loop(i)
         step = start_step
         last_row: dict[str, Any] = {}
-        sampled_tokens = 0
-        sampling_seconds = 0.0
+        rows_seen: list[dict[str, Any]] = []
         bar = _progress(s, start_step)
         try:
             while step < s.train.steps:
@@ -169,18 +183,17 @@ class RunDriver:
                 if step % s.train.log_every == 0 or step == s.train.steps:
                     metrics_log.write(row)
                     wandb.log(row)
-                sampled_tokens += row.get("throughput/sampled_tokens", 0)
-                sampling_seconds += row.get("throughput/sampled_tokens", 0) / max(row.get("throughput/tokens_per_second", 0), 1e-9)
+                rows_seen.append(row)
                 last_row = row
                 bar.update(1)
-                bar.set_postfix(reward=f"{row['reward/mean']:.3f}", tok_s=f"{row['throughput/tokens_per_second']:.0f}",
+                bar.set_postfix(reward=f"{row['reward/mean']:.3f}", tok_s=f"{tokens_per_second([row]):.0f}",
                                 loss=f"{row.get('loss/total', float('nan')):.4f}")
         finally:
             bar.close()
             ray.get(self.coordinator.request_stop.remote("training finished"))
         ckpt = ray.get(self.trainer.checkpoint.remote())
         eval_after = self._evaluate(step)
-        rows = read_metrics(self.run_dir / "metrics.jsonl")
+        rows, _ = read_metrics(self.run_dir / "metrics.jsonl")
         eval_rows = [
             {"step": start_step if not info["resumed_from"] else 0, "eval/pass_at_1": eval_before["pass_at_1"]},
             {"step": step, "eval/pass_at_1": eval_after["pass_at_1"]},
@@ -190,7 +203,7 @@ class RunDriver:
             "error": None,
             "steps": step,
             "wall_seconds": time.monotonic() - self.t0 + extra.get(WALL_BEFORE_RESUME, 0.0),
-            "tokens_per_second": sampled_tokens / sampling_seconds if sampling_seconds else 0.0,
+            "tokens_per_second": tokens_per_second(rows_seen),
             "eval_before_rl": eval_before,
             "eval_after_rl": eval_after,
             "final": {k: v for k, v in last_row.items() if isinstance(v, (int, float))},

@@ -1,8 +1,14 @@
-"""A rollout worker: holds a sampler and the environments, samples with the newest weights, grades, ships groups.
+"""A rollout worker: samples with the newest weights, grades, and ships the raw graded groups to the trainer.
 
-In `sync` mode it generates one round per policy version and then waits for the next version. In `inflight`
-mode it keeps generating; between decode chunks it checks the coordinator and swaps new weights in mid-
-generation, so a response's tokens can span several policy versions (recorded per token).
+It reads only the `env`, `sampler` and `rollout` sections (and the model's shape): what to do with a group
+(shaping, advantages, filtering, how many more to ask for) is the trainer's business.
+
+In `sync` mode it samples one round per policy version, then waits for the next version or for the trainer to ask
+for more groups of the current one (dynamic sampling). In `inflight` mode it keeps sampling; between decode chunks
+it swaps new weights in mid-generation, so a response's tokens can span several versions (recorded per token).
+
+Every round draws its prompts and its sampling key from a stream named by the round (see marin_rl.config.seeds):
+a sync run is reproducible from its seed, and a restarted worker (a new incarnation) draws a fresh stream.
 """
 
 from __future__ import annotations
@@ -11,29 +17,29 @@ import logging
 import os
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import jax
-import numpy as np
-
+from marin_rl.config.seeds import derive_seed, numpy_rng
 from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
 from marin_rl.inference.graded_sampling import eval_records, sample_and_score, to_rollout
 from marin_rl.inference.sampler import Sampler
-from marin_rl.models.policy import build_policy
-from marin_rl.objectives import apply_overlong_penalty
-from marin_rl.rollouts import RolloutGroup, make_group
+from marin_rl.models.policy import policy_structure
+from marin_rl.rollouts import RolloutGroup
 from marin_rl.runtime.weight_sync import WeightSyncError, arrays_into_model, make_channel
 
 logger = logging.getLogger(__name__)
+
+POLL_S = 0.02  # how often an idle worker asks the coordinator for new weights or work
 
 
 class RolloutWorker:
     def __init__(
         self, spec: dict, worker_id: int, coordinator: Any, trainer: Any, run_dir: str, weights_dir: str | None
     ):
+        import ray
+
         self.spec = RunSpec.model_validate(spec)
         self.worker_id = worker_id
         # The pid lets operators (and the fault-tolerance test) find this worker's process.
@@ -42,20 +48,14 @@ class RolloutWorker:
         (pid_dir / f"rollout_worker_{worker_id}.pid").write_text(str(os.getpid()))
         self.coordinator = coordinator
         self.trainer = trainer
-        # A restarted worker must not replay the same prompts: mix the restart time into the data seed.
-        self.rng = np.random.default_rng([self.spec.seed, worker_id, time.time_ns() % (2**31)])
-        self.env = build_environment(self.spec.env, seed=self.spec.seed + 1000 * worker_id)
-        # The skeleton's random init is never sampled from: generate() waits for published weights first.
-        skeleton, self.tokenizer, _ = build_policy(self.spec.model, jax.random.PRNGKey(0))
-        self.template = skeleton
-        self.sampler = Sampler(
-            skeleton, self.tokenizer, self.spec.sampler, self.spec.model.max_seq_len,
-            version=-1, seed=self.spec.seed * 7919 + worker_id,
-        )
+        self.incarnation = ray.get(coordinator.register_worker.remote(worker_id))  # 0, then +1 per restart
+        self.env = build_environment(self.spec.env, seed=derive_seed(self.spec.seed, "env", worker_id))
+        self.structure, self.tokenizer = policy_structure(self.spec.model)
+        self.sampler: Sampler | None = None  # built around the first weights that arrive
         self.channel = make_channel(self.spec.rollout.weight_sync.method, weights_dir)
         self.version = -1
         self.sampler_lock = threading.Lock()
-        self.weight_sync_seconds = 0.0
+        self.pull_seconds = 0.0  # spent fetching weights since the last shipped round
 
     # --- weights -------------------------------------------------------------------------------------------
     def _try_pull_weights(self) -> bool:
@@ -66,10 +66,15 @@ class RolloutWorker:
             return False
         t0 = time.monotonic()
         arrays = self.channel.fetch(packet, self.spec.rollout.weight_sync.timeout_s)
-        model = arrays_into_model(self.template, arrays)
-        self.sampler.set_weights(model, packet.version)
+        model = arrays_into_model(self.structure, arrays)
+        if self.sampler is None:
+            self.sampler = Sampler(
+                model, self.tokenizer, self.spec.sampler, self.spec.model.max_seq_len, version=packet.version
+            )
+        else:
+            self.sampler.set_weights(model, packet.version)
         self.version = packet.version
-        self.weight_sync_seconds += time.monotonic() - t0
+        self.pull_seconds += time.monotonic() - t0
         return True
 
     def _wait_for_weights(self, newer_than: int) -> None:
@@ -78,12 +83,15 @@ class RolloutWorker:
             if self._should_stop():
                 return
             if not self._try_pull_weights():
-                if time.monotonic() > deadline:
-                    raise WeightSyncError(
-                        f"worker {self.worker_id}: no weights newer than v{newer_than} within "
-                        f"{self.spec.rollout.weight_sync.timeout_s}s (rollout.weight_sync.timeout_s)"
-                    )
-                time.sleep(0.02)
+                self._check_deadline(deadline, f"no weights newer than v{newer_than}")
+                time.sleep(POLL_S)
+
+    def _check_deadline(self, deadline: float, what: str) -> None:
+        if time.monotonic() > deadline:
+            raise WeightSyncError(
+                f"worker {self.worker_id}: {what} within {self.spec.rollout.weight_sync.timeout_s}s "
+                "(rollout.weight_sync.timeout_s)"
+            )
 
     def _should_stop(self) -> bool:
         import ray
@@ -91,68 +99,53 @@ class RolloutWorker:
         return ray.get(self.coordinator.should_stop.remote())
 
     # --- rollouts ------------------------------------------------------------------------------------------
-    def _shape_rewards(self, samples) -> None:
-        """DAPO's soft overlong punishment on each group's rewards (when loss.overlong.penalty is on)."""
-        if not self.spec.loss.overlong.penalty:
-            return
-        for row in samples:
-            shaped = apply_overlong_penalty(
-                [s.score.reward for s in row], [len(s.completion.tokens) for s in row],
-                self.spec.sampler.max_new_tokens, self.spec.loss.overlong,
-            )
-            row[:] = [replace(s, score=replace(s.score, reward=float(r))) for s, r in zip(row, shaped)]
-
-    def collect(self, n_groups: int, on_chunk=None) -> tuple[list[RolloutGroup], dict]:
-        """n_groups prompt groups; zero-variance groups dropped, topped up by dynamic sampling when enabled."""
-        loss = self.spec.loss
-        kept: list[RolloutGroup] = []
-        produced = filtered = rounds = 0
-        tokens = 0
-        reward_sum = correct_sum = n_rollouts = 0.0
+    def sample_groups(self, n_groups: int, stream: tuple, on_chunk=None) -> tuple[list[RolloutGroup], dict]:
+        """n_groups prompts x rollout.n_generations responses, graded; prompts and sampling key from `stream`."""
+        seed = self.spec.seed
         t0 = time.monotonic()
-        while len(kept) < n_groups:
-            problems = self.env.sample(n_groups - len(kept), self.rng)
-            with self.sampler_lock:
-                samples = sample_and_score(
-                    self.sampler, self.env, problems, self.tokenizer, self.spec.model,
-                    self.spec.rollout.n_generations, on_chunk=on_chunk,
-                )
-            self._shape_rewards(samples)
-            for row in samples:
-                group = make_group([to_rollout(s) for s in row], loss.advantage)
-                tokens += sum(len(r.response_tokens) for r in group.rollouts)
-                reward_sum += float(group.rewards.sum())
-                correct_sum += sum(r.correct for r in group.rollouts)
-                n_rollouts += len(group)
-                produced += 1
-                if loss.filter_zero_variance and group.is_zero_variance:
-                    filtered += 1
-                else:
-                    kept.append(group)
-            if not loss.dynamic_sampling.enabled or rounds >= loss.dynamic_sampling.max_extra_rounds:
-                break
-            rounds += 1
+        with self.sampler_lock:
+            problems = self.env.sample(n_groups, numpy_rng(seed, "rollout-data", *stream))
+            self.sampler.reseed(derive_seed(seed, "rollout-sampling", *stream))
+            samples = sample_and_score(
+                self.sampler, self.env, problems, self.tokenizer, self.spec.model,
+                self.spec.rollout.n_generations, on_chunk=on_chunk,
+            )
+        groups = [RolloutGroup(tuple(to_rollout(s) for s in row)) for row in samples]
         stats = {
-            "groups_produced": produced,
-            "groups_filtered": filtered,
-            "sampled_tokens": tokens,
-            "reward_sum": reward_sum,
-            "correct_sum": correct_sum,
-            "n_rollouts": n_rollouts,
-            "sample_seconds": time.monotonic() - t0,
-            "extra_rounds": rounds,
             "worker_id": self.worker_id,
             "version": self.version,
+            "groups": len(groups),
+            "sampled_tokens": sum(len(r.response_tokens) for g in groups for r in g.rollouts),
+            "sample_seconds": time.monotonic() - t0,
+            "weight_pull_seconds": self.pull_seconds,
         }
-        return kept[:n_groups], stats
+        self.pull_seconds = 0.0
+        return groups, stats
+
+    def _next_sync_round(self, served_version: int, groups_per_round: int) -> tuple[int, tuple] | None:
+        """(groups, stream) of the next sync round: this worker's share of a new version, or extra groups the
+        trainer asked for (dynamic sampling); None while there is neither."""
+        import ray
+
+        self._try_pull_weights()
+        if self.version > served_version:
+            return groups_per_round, ("sync", self.worker_id, self.incarnation, self.version)
+        claim = ray.get(self.coordinator.claim_extra_groups.remote(self.version))
+        if claim is None:
+            return None
+        n_groups, index = claim
+        # Extra rounds are named by (version, index) alone, so whichever worker claims one draws the same data.
+        return n_groups, ("extra", self.version, index)
 
     def run(self, groups_per_round: int) -> str:
         """The worker loop; returns when the coordinator says stop."""
         import ray
 
         inflight = self.spec.rollout.mode == "inflight"
-        last_round_version = -1
+        total_per_step = self.spec.train.batch_size // self.spec.rollout.n_generations
         self._wait_for_weights(-1)
+        served_version, rounds = -1, 0
+        idle_since = time.monotonic()
 
         def swap_between_chunks(_chunks_done: int) -> None:
             try:
@@ -163,21 +156,25 @@ class RolloutWorker:
         while not self._should_stop():
             if inflight:
                 self._try_pull_weights()
-                fresh = ray.get(self.trainer.fresh_groups.remote())
-                if fresh >= groups_per_round * self.spec.hardware.num_rollout_workers:
+                if ray.get(self.trainer.fresh_groups.remote()) >= total_per_step:
                     # Back-pressure: one full batch is already waiting. Generating while the trainer trains on
                     # it keeps both busy, and the next weights arrive mid-generation (an in-flight swap).
-                    time.sleep(0.02)
+                    time.sleep(POLL_S)
                     continue
+                work = (groups_per_round, ("inflight", self.worker_id, self.incarnation, rounds))
             else:
-                self._wait_for_weights(last_round_version)
-                if self._should_stop():
-                    break
-            last_round_version = self.version
+                work = self._next_sync_round(served_version, groups_per_round)
+                if work is None:
+                    self._check_deadline(idle_since + self.spec.rollout.weight_sync.timeout_s,
+                                         f"no weights newer than v{self.version} and no extra work")
+                    time.sleep(POLL_S)
+                    continue
+            served_version = self.version
             self.coordinator.heartbeat.remote(self.worker_id, f"sampling v{self.version}")
-            groups, stats = self.collect(groups_per_round, on_chunk=swap_between_chunks if inflight else None)
-            stats["weight_sync_seconds"] = self.weight_sync_seconds
+            groups, stats = self.sample_groups(*work, on_chunk=swap_between_chunks if inflight else None)
             ray.get(self.trainer.add_rollouts.remote(groups, stats))
+            rounds += 1
+            idle_since = time.monotonic()
         return "stopped"
 
     # --- evaluation ----------------------------------------------------------------------------------------
@@ -187,6 +184,7 @@ class RolloutWorker:
         problems = self.env.eval_problems(n_prompts)
         s = self.spec.sampler
         with self.sampler_lock:
+            self.sampler.reseed(derive_seed(self.spec.seed, "eval", self.version))
             samples = sample_and_score(
                 self.sampler, self.env, problems, self.tokenizer, self.spec.model, n_samples,
                 temperature=s.eval_temperature, max_new_tokens=s.eval_max_new_tokens,

@@ -48,9 +48,14 @@ def arrays_checksum(arrays: list[np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def is_weight(x: Any) -> bool:
+    """An array leaf of a model, concrete or abstract (a template from eqx.filter_eval_shape holds no data)."""
+    return eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
+
+
 def arrays_into_model(template: Any, arrays: list[np.ndarray]) -> Any:
     """A copy of `template` carrying `arrays`; every shape and dtype must match (else WeightSyncError)."""
-    params, static = eqx.partition(template, eqx.is_array)
+    params, static = eqx.partition(template, is_weight)
     leaves, treedef = jax.tree_util.tree_flatten(params)
     if len(leaves) != len(arrays):
         raise WeightSyncError(f"weight set has {len(arrays)} arrays, the model has {len(leaves)}")

@@ -23,21 +23,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from marin_rl.config.seeds import numpy_rng
 from marin_rl.config.spec import OptimizerConfig, RunSpec
+from marin_rl.inference.prompts import Prompt, encode_prompt, prompt_style
 from marin_rl.training.logprobs import response_logprobs
 from marin_rl.training.trainer import TrainerState, make_optimizer, trainable
 
-Prompt = str | list[dict[str, str]]  # plain text, or chat messages for chat-template models
 Example = tuple[Prompt, str]  # (prompt, response text)
 SEQ_BUCKET = 32  # rows are padded to a multiple of this many tokens
-
-
-def encode_prompt(prompt: Prompt, tokenizer: Any) -> list[int]:
-    """Prompt token ids, as the samplers build them: <bos> + text, or the chat template with a generation prompt."""
-    if isinstance(prompt, str):
-        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        return [tokenizer.bos_token_id, *ids] if tokenizer.bos_token_id is not None else list(ids)
-    return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True))
 
 
 def encode_examples(
@@ -182,9 +175,9 @@ def sft_examples(spec: RunSpec, env: Any, tokenizer: Any = None, n: int | None =
         from marin_rl.environments.synthetic import load_sft_jsonl
 
         return [(row["prompt"], row["response"]) for row in load_sft_jsonl(source)]
-    style = "chat" if spec.model.chat_template else "plain"
+    style = prompt_style(spec.model.chat_template)
     n = n or max(sft_steps(spec), 1) * spec.sft.batch_size
-    problems = env.sample(n, np.random.default_rng(spec.seed))
+    problems = env.sample(n, numpy_rng(spec.seed, "sft-examples"))
     examples = [
         (env.render(p, style), env.reference_response(p)) for p in problems if p.reference is not None
     ]

@@ -103,6 +103,17 @@ def make_optimizer(opt_cfg: OptimizerConfig, total_steps: int) -> optax.Gradient
     return optax.chain(optax.clip_by_global_norm(opt_cfg.max_grad_norm), adamw)
 
 
+def schedule_count(opt_state: Any) -> jax.Array:
+    """The updates the optimizer has applied: what its lr schedule reads (a skipped run step applies none)."""
+    counts = [
+        value for path, value in optax.tree_utils.tree_get_all_with_path(opt_state, "count")
+        if getattr(path[-1], "tuple_name", None) == "ScaleByScheduleState"
+    ]
+    if len(counts) != 1:
+        raise ValueError(f"expected one lr-schedule counter in the optimizer state, found {len(counts)}")
+    return counts[0]
+
+
 def trainable(model: Any) -> Any:
     """The floating-point leaves of a model (what the optimizer updates)."""
     return eqx.filter(model, eqx.is_inexact_array)
@@ -271,7 +282,7 @@ class Trainer:
         metrics = {
             "train/grad_norm": optax.global_norm(grads),
             "train/update_norm": optax.global_norm(updates),
-            "train/lr": self.schedule(state.step),
+            "train/lr": self.schedule(schedule_count(state.opt_state)),
         }
         return TrainerState(eqx.combine(new_params, static), opt_state, state.step + 1, state.key), metrics
 

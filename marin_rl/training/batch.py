@@ -1,0 +1,59 @@
+"""Rollouts -> the dense arrays of one train step: packing, length buckets, padding to the fixed trainer shape.
+
+Row layout (see marin_rl/training/logprobs.py): prompt tokens, then response tokens, right-padded; the loss mask
+is 1 on response tokens that count. Rows are padded to a power-of-two length bucket so a run compiles a handful of
+shapes instead of one per longest row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from marin_rl.objectives.filtering import mask_truncated
+from marin_rl.rollouts import Rollout
+
+MIN_LENGTH_BUCKET = 32  # shortest padded sequence length a step is compiled for
+
+
+def length_bucket(longest: int, max_seq_len: int) -> int:
+    """The next power of two >= longest (at least MIN_LENGTH_BUCKET, at most max_seq_len)."""
+    bucket = MIN_LENGTH_BUCKET
+    while bucket < longest:
+        bucket *= 2
+    return min(bucket, max_seq_len)
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """A training batch as dense right-padded arrays."""
+
+    tokens_BS: np.ndarray  # int32: prompt + response, right-padded
+    loss_mask_BS: np.ndarray  # float32: 1 on response tokens that count
+    advantages_B: np.ndarray  # float32: one advantage per response
+    sampler_logp_BS: np.ndarray  # float32: aligned with tokens (0 off the response)
+
+
+def pack_rollouts(
+    rollouts: list[Rollout], advantages_B: np.ndarray, seq_len: int, pad_id: int, drop_truncated: bool = False
+) -> PackedBatch:
+    """Lay each response after its prompt in a row of `seq_len`; with `drop_truncated`, truncated rows get no loss."""
+    B = len(rollouts)
+    tokens = np.full((B, seq_len), pad_id, dtype=np.int32)
+    mask = np.zeros((B, seq_len), dtype=np.float32)
+    logp = np.zeros((B, seq_len), dtype=np.float32)
+    for i, r in enumerate(rollouts):
+        p, n = len(r.prompt_tokens), len(r.response_tokens)
+        if p + n > seq_len:
+            raise ValueError(
+                f"rollout {r.problem_id} has {p} prompt + {n} response tokens > model.max_seq_len={seq_len}; "
+                "shorten the prompt or lower sampler.max_new_tokens"
+            )
+        tokens[i, :p] = r.prompt_tokens
+        tokens[i, p : p + n] = r.response_tokens
+        logp[i, p : p + n] = r.sampler_logp
+        mask[i, p : p + n] = 1.0
+    if drop_truncated:
+        mask = np.asarray(mask_truncated(mask, np.array([r.truncated for r in rollouts], dtype=bool)))
+    return PackedBatch(tokens, mask, np.asarray(advantages_B, dtype=np.float32), logp)
