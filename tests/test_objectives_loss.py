@@ -10,7 +10,7 @@ import pytest
 from marin_rl.objectives import (
     LossConfig,
     Normalizer,
-    aggregate_loss,
+    aggregate_with_normalizer,
     batch_normalizer,
     kl_estimate,
     policy_loss,
@@ -37,6 +37,12 @@ OLD = np.array([[-1.0, -2.0], [-0.5, -1.5]], np.float32)
 LOGP = OLD + np.log(RATIOS)
 ADV = np.array([1.0, -1.0], np.float32)
 MASK = np.ones((2, 2), np.float32)
+
+
+def aggregate_loss(per_token, mask, mode, fixed_budget=None):
+    """A whole batch aggregated on its own normalizer: what the train step does when there is one micro-batch."""
+    return aggregate_with_normalizer(per_token, mask, mode, batch_normalizer(mask, fixed_budget))
+
 
 
 def config(**overrides) -> LossConfig:

@@ -1,4 +1,4 @@
-"""Surrogates, ratios, truncated IS, KL estimators, overlong shaping/filtering, chunked entropy, greedy warning."""
+"""Surrogates, ratios, truncated IS, KL estimators, overlong shaping/filtering, greedy warning."""
 
 import warnings
 
@@ -10,10 +10,8 @@ import pytest
 from marin_rl.objectives import (
     GreedySamplingWarning,
     apply_overlong_penalty,
-    chunked_entropy,
     clip_indicators,
     clipped_surrogate,
-    entropy_from_logits,
     gspo_ratio,
     kl_estimate,
     mask_truncated,
@@ -116,63 +114,6 @@ def test_mask_truncated_zeroes_truncated_rows():
     np.testing.assert_array_equal(out, [[1, 1], [0, 0], [1, 1]])
     with pytest.raises(ValueError, match="truncated"):
         mask_truncated(mask, np.array([True]))
-
-
-def _all_shapes(jaxpr):
-    """Every intermediate shape in a jaxpr, including inside scan/checkpoint/pjit sub-jaxprs."""
-    shapes = []
-    for eqn in jaxpr.eqns:
-        shapes += [tuple(v.aval.shape) for v in eqn.outvars]
-        for param in eqn.params.values():
-            inner = getattr(param, "jaxpr", param)
-            if hasattr(inner, "eqns"):
-                shapes += _all_shapes(inner)
-    return shapes
-
-
-@pytest.mark.parametrize("chunk_size", [5, 37, 64])  # full chunks + tail, one exact chunk, chunk > vocab
-def test_chunked_entropy_matches_direct_computation(chunk_size):
-    rng = np.random.default_rng(0)
-    hidden = rng.normal(size=(3, 4, 8)).astype(np.float32)
-    lm_head = (rng.normal(size=(8, 37)) * 2).astype(np.float32)
-
-    def direct_sum(h, w):
-        return entropy_from_logits(h @ w, 0.7).sum()
-
-    def chunked_sum(h, w):
-        return chunked_entropy(h, w, chunk_size, 0.7).sum()
-
-    # values and gradients w.r.t. both hidden states and the head, one compiled program per side
-    want = jax.jit(jax.value_and_grad(direct_sum, argnums=(0, 1)))(hidden, lm_head)
-    got = jax.jit(jax.value_and_grad(chunked_sum, argnums=(0, 1)))(hidden, lm_head)
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
-    for g, w in zip(got[1], want[1]):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
-    per_position = chunked_entropy(hidden, lm_head, chunk_size, 0.7)
-    np.testing.assert_allclose(per_position, entropy_from_logits(hidden @ lm_head, 0.7), rtol=1e-5, atol=1e-5)
-
-
-def test_chunked_entropy_never_materializes_full_logits_and_accepts_a_callable():
-    rng = np.random.default_rng(1)
-    hidden = rng.normal(size=(6, 8)).astype(np.float32)
-    lm_head = rng.normal(size=(8, 37)).astype(np.float32)
-
-    def grad_of_chunked(h, w):
-        return jax.grad(lambda h, w: chunked_entropy(h, w, 5).sum(), argnums=(0, 1))(h, w)
-
-    shapes = _all_shapes(jax.make_jaxpr(grad_of_chunked)(hidden, lm_head).jaxpr)
-    assert (6, 5) in shapes  # chunks exist...
-    assert (6, 37) not in shapes  # ...but never the [positions, vocab] logits, forward or backward
-
-    def logits_fn(h, start, size):
-        return h @ jax.lax.dynamic_slice_in_dim(jnp.asarray(lm_head), start, size, axis=1)
-
-    via_callable = chunked_entropy(hidden, logits_fn, 5, vocab_size=37)
-    np.testing.assert_allclose(via_callable, entropy_from_logits(hidden @ lm_head), rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="vocab_size"):
-        chunked_entropy(hidden, logits_fn, 5)
-    uniform = chunked_entropy(np.zeros((6, 8), np.float32), lm_head, 5)
-    np.testing.assert_allclose(uniform, np.log(37), rtol=1e-6)  # zero logits: entropy of the uniform law
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,12 @@ import pytest
 from spec_helpers import compose_spec
 from tiny_policy import tiny_model
 
+from marin_rl.config.seeds import numpy_rng
 from marin_rl.environments import build_environment
 from marin_rl.models.tokenizer import build_char_tokenizer
+from marin_rl.modes.sft import sft_main
 from marin_rl.training import checkpoint as ckpt
-from marin_rl.training.sft import encode_examples, run_sft, sft_examples, sft_main
+from marin_rl.training.sft import encode_examples, run_sft, sft_examples
 
 
 def test_encode_examples_layout_and_truncation():
@@ -41,7 +43,7 @@ def test_sft_examples_from_env_and_from_jsonl(tmp_path):
     assert len(examples) == 8  # steps x batch_size in mode=sft
     for prompt, response in examples:
         assert prompt.startswith("Q: ") and prompt.endswith("A: ") and response
-    problems = env.sample(8, np.random.default_rng(spec.seed))
+    problems = env.sample(8, numpy_rng(spec.seed, "sft-examples"))  # the SFT data stream of the seed
     assert [env.reference_response(p) for p in problems] == [r for _, r in examples]
 
     path = tmp_path / "synthetic.jsonl"

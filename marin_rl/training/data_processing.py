@@ -68,10 +68,7 @@ def prepare_batch(
     else:
         zero_variance_N = np.zeros(len(groups), dtype=bool)
     kept_N = np.flatnonzero(~zero_variance_N)[:target_groups]
-    accounting = GroupAccounting(
-        target_groups, kept_groups=int((~zero_variance_N).sum()), dropped_groups=int(zero_variance_N.sum()),
-        rounds=rounds,
-    )
+    accounting = GroupAccounting(target_groups, rounds=rounds - 1).record(zero_variance_N)
     kept_advantages_NG = advantages_NG[kept_N]
     metrics = {**accounting.metrics(), "reward/shaped_mean": float(rewards_NG.mean())}
     if kept_N.size:
