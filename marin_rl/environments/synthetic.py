@@ -104,7 +104,6 @@ def _write_graded(
                 [problem for problem in batch for _ in range(n)],
                 [sample.text for sample in flat],
                 [sample.truncated for sample in flat],
-                [sample.response_tokens for sample in flat],
             )
             for index, (problem, prompt) in enumerate(zip(batch, prompts, strict=True)):
                 group = flat[index * n : (index + 1) * n]
