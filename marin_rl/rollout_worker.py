@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from marin_rl.environments import build_environment
+from marin_rl.environments.decontam import decontamination_summary
 from marin_rl.generation import eval_records, sample_and_score, to_rollout
 from marin_rl.models.policy import build_policy
 from marin_rl.objectives import apply_overlong_penalty
@@ -181,6 +182,10 @@ class RolloutWorker:
         return "stopped"
 
     # --- evaluation ----------------------------------------------------------------------------------------
+    def decontamination(self) -> dict | None:
+        """What decontamination dropped from this worker's training problems (see environments/decontam.py)."""
+        return decontamination_summary(self.env)
+
     def evaluate(self, n_prompts: int, n_samples: int, min_version: int) -> dict:
         """Sample the held-out problems with weights of at least `min_version`; per-sample records + version."""
         self._wait_for_weights(min_version - 1)
