@@ -22,22 +22,22 @@ from marin_rl.environments.decontam import (
 from marin_rl.sft import sft_examples
 from marin_rl.tracking import format_summary_table
 
-# Evaluation (test) questions; the long one has 25 tokens, the short one 4.
-LONG_EVAL = ("Bella bought stamps at the post office. Some of the stamps had a snowflake design, some had a truck "
-             "design, and some had a rose design. How many stamps?")
+# Evaluation (test) questions (invented); the long one has 29 tokens, the short one 4.
+LONG_EVAL = ("Mira keeps marbles in three jars. Some of the marbles have a striped pattern, some have a dotted "
+             "pattern, and some have a plain pattern. How many marbles?")
 SHORT_EVAL = "What is 17+25?"
 OTHER_EVAL = "A train leaves at 3 pm and travels 60 miles per hour for 2 hours. How far does it go?"
 # Planted overlaps in the training set, and clean rows.
 VERBATIM = LONG_EVAL
-# Shares the 15-token run "had a snowflake design some had a truck design and some had a rose design" with the long
-# eval question (different case, punctuation and surroundings).
-PARAPHRASE = ("Tom's album: SOME of them had a snowflake design; some had a truck design and some had a rose design!!"
-              " He has 40 in all. How many roses?")
+# Shares the 15-token run "have a striped pattern some have a dotted pattern and some have a plain pattern" with the
+# long eval question (different case, punctuation and surroundings).
+PARAPHRASE = ("Leo's box: SOME of them have a striped pattern; some have a dotted pattern and some have a plain "
+              "pattern!! He has 40 in all. How many plain?")
 SHORT_COPY = "what is 17 + 25 ?"  # the short eval question, spaced differently: equal token sequences
 CLEAN = [
     "Anna has 5 apples and buys 7 more. How many apples does she have?",
     "What is 17+26?",  # one number away from the short eval question: not the same problem
-    "Some of the stamps were blue. A shop sold 12 of them on Monday and 9 on Tuesday. How many were sold?",
+    "Some of the marbles were blue. A shop sold 12 of them on Monday and 9 on Tuesday. How many were sold?",
 ]
 
 
@@ -77,8 +77,8 @@ def test_overlap_needs_n_shared_tokens_or_the_whole_problem():
     assert overlaps(PARAPHRASE, index) and overlaps(SHORT_COPY, index) and overlaps(VERBATIM, index)
     assert not any(overlaps(text, index) for text in CLEAN)
     # 12 of the shared tokens are not enough at n=13
-    assert not overlaps("x y z snowflake design some had a truck design and some had a rose q r s", index)
-    assert overlaps("x y z a snowflake design some had a truck design and some had a rose q r s", index)
+    assert not overlaps("x y z striped pattern some have a dotted pattern and some have a plain q r s", index)
+    assert overlaps("x y z a striped pattern some have a dotted pattern and some have a plain q r s", index)
 
 
 def test_planted_overlaps_are_dropped_and_counted(gsm8k_dir: Path):
