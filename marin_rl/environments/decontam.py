@@ -143,8 +143,9 @@ def decontaminate_sft_rows(rows: Sequence[dict], env: Environment, n: int, sourc
     def contaminated(row: dict) -> bool:
         return (row.get("env"), row.get("problem_id")) in eval_ids or overlaps(prompt_text(row["prompt"]), index)
 
-    kept = [row for row in rows if not contaminated(row)]
-    dropped = [row for row in rows if contaminated(row)]
+    flags = [contaminated(row) for row in rows]
+    kept = [row for row, flag in zip(rows, flags, strict=True) if not flag]
+    dropped = [row for row, flag in zip(rows, flags, strict=True) if flag]
     counts = DecontamCounts(len(rows), len(dropped), tuple(str(r.get("problem_id", "?")) for r in dropped))
     log_counts(source, counts, n)
     print(f"decontam/dropped = {counts.dropped} of {counts.checked} SFT rows of {source}", flush=True)
