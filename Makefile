@@ -4,6 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 DIR    ?=
+DATA   ?= ../shared/data
+AUDIT  := outputs/grader_audit
 ARGS   ?=
 
 # No network at run time: wandb offline, no HF hub, JAX on the CPU unless the user says otherwise.
@@ -12,7 +14,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install run test test-slow lint report bench clean lock help
+.PHONY: install run test test-slow lint report audit bench clean lock help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -41,6 +43,12 @@ lint: install  ## ruff
 report: install  ## turn a sweep into report.md/report.csv/plots: make report DIR=multirun/...
 	@test -n "$(DIR)" || (echo "usage: make report DIR=<sweep or run folder>"; exit 2)
 	$(PY) -m marin_rl.runlog.report $(DIR)
+
+audit: install  ## grader audit: labelled sets from DATA (default ../shared/data), FP/FN rates, fails past 1%/2%
+	$(PY) -m marin_rl.verifiers.audit_set --env math500 --data-dir $(DATA) --out $(AUDIT)/math500.jsonl
+	$(PY) -m marin_rl.verifiers.audit --env math500 --labels $(AUDIT)/math500.jsonl
+	$(PY) -m marin_rl.verifiers.audit_set --env gsm8k --data-dir $(DATA) --out $(AUDIT)/gsm8k.jsonl
+	$(PY) -m marin_rl.verifiers.audit --env gsm8k --labels $(AUDIT)/gsm8k.jsonl
 
 bench: install  ## print sampler, trainer and grading throughput
 	$(PY) bench/bench_sampler.py

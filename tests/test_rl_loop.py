@@ -99,6 +99,10 @@ def test_math500_and_gsm8k_take_steps_on_local_data(shared_data_dir, tmp_path):
     s = summary(tmp_path)
     assert s["status"] == "completed" and s["steps"] == 2
     assert set(s["eval_after_rl"]["by_env"]) == {"math500", "gsm8k"}
+    # decontamination ran before the run: 4 GSM8K train questions share a 13-gram with GSM8K test
+    assert s["decontam"]["by_env"] == {"math500": {"checked": 250, "dropped": 0},
+                                       "gsm8k": {"checked": 7473, "dropped": 4}}
+    assert "decontam/dropped = 4 of 7723 training problems" in out.stdout
     rows = metrics(tmp_path)
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["filter/groups_produced"] > 0 for r in rows)

@@ -12,6 +12,7 @@ from marin_rl.environments.classification import ClassificationEnvironment
 from marin_rl.environments.config import EnvComponentConfig, EnvConfig, RewardConfig
 from marin_rl.environments.data import DataUnavailableError, resolve_data_dir
 from marin_rl.environments.data_envs import Gsm8kEnvironment, Math500Environment, build_dataset_environment
+from marin_rl.environments.decontam import decontaminate_components
 from marin_rl.environments.grading import LazyGradingPool
 from marin_rl.environments.mixture import MixtureEnvironment
 from marin_rl.environments.mock import MockEnvironment
@@ -39,6 +40,8 @@ def build_environment(env_cfg: EnvConfig, seed: int) -> Environment:
         build_component(component, env_cfg.data_dir, pool, derive_seed(seed, "env-component", index))
         for index, component in enumerate(env_cfg.components)
     ]
+    if env_cfg.decontam.enabled:
+        decontaminate_components(components, env_cfg.decontam.ngram)
     if len(components) == 1:
         return components[0]
     return MixtureEnvironment(env_cfg.name, components, [c.weight for c in env_cfg.components], seed)

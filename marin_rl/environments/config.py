@@ -135,11 +135,20 @@ class GradingConfig(StrictModel):
     memory_limit_mb: int | None = Field(4096, gt=0)  # address-space cap per worker (None = no cap)
 
 
+class DecontamConfig(StrictModel):
+    """Before a run starts, drop math500/gsm8k training problems (and sft.source JSONL rows) that share a
+    normalised word n-gram with, or equal, an evaluation problem of the run (marin_rl/environments/decontam.py)."""
+
+    enabled: bool = True
+    ngram: int = Field(13, ge=3)  # n-gram size in words/numbers; smaller drops more
+
+
 class EnvConfig(StrictModel):
     name: str
     components: list[EnvComponentConfig] = Field(min_length=1)
     data_dir: str | None = None  # default data_dir of math500/gsm8k components: <data_dir>/<kind>/ if present
     grading: GradingConfig = GradingConfig()
+    decontam: DecontamConfig = DecontamConfig()
 
     @model_validator(mode="after")
     def _unique_names(self) -> EnvConfig:

@@ -59,6 +59,7 @@ class DatasetEnvironment(Environment):
         self._train = [self._problem(record) for record in train]
         limit = config.eval_size or len(evaluation)
         self._eval = [self._problem(record) for record in evaluation[:limit]]
+        self.decontamination: dict[str, int] | None = None  # {"checked", "dropped"} once decontaminated
 
     def _problem(self, record: Record) -> Problem:
         return Problem(record.id, self.name, record.question, record.gold, record.level, record.reference)
@@ -66,6 +67,16 @@ class DatasetEnvironment(Environment):
     @property
     def train_size(self) -> int:
         return len(self._train)
+
+    @property
+    def training_problems(self) -> list[Problem]:
+        return list(self._train)
+
+    def replace_training_problems(self, problems: list[Problem]) -> None:
+        """Train on `problems` from now on (decontamination drops the ones overlapping evaluation problems)."""
+        if not problems:
+            raise ValueError(f"{self.name}: the training set is empty")
+        self._train = list(problems)
 
     def sample(self, n: int, rng: np.random.Generator | None = None) -> list[Problem]:
         rng = self._rng if rng is None else rng

@@ -4,7 +4,8 @@ Run folders (see `marin_rl.runlog.reader`) are grouped into configurations: runs
 once `seed` (and bookkeeping keys such as dry_run, run_name, hydra.*) are removed. When any run lacks
 `.hydra/overrides.yaml`, the flattened composed configs are compared instead. Each configuration gets one row:
 the swept values, the number of completed seeds, and for each final metric the mean with a Student-t 95% CI
-over seeds, plus mean steps and wall time. Failed and unfinished runs are listed in their own section, never
+over seeds, plus mean steps and wall time. With several configurations, report.md and the console also compare
+each with a baseline seed by seed (`marin_rl.runlog.paired_report`). Failed and unfinished runs are listed in their own section, never
 dropped. `build_report` does the same from Python and returns plain dataclasses / dicts (no pandas).
 """
 
@@ -19,6 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from marin_rl.runlog.paired_report import (
+    PairedSection,
+    build_paired_section,
+    comparison_table,
+    noise_table,
+    section_intro,
+)
 from marin_rl.runlog.plots import SeedCurves, plot_seed_curves
 from marin_rl.runlog.reader import (
     RunRecord,
@@ -119,6 +127,7 @@ class Report:
     rows: list[dict[str, str | int | float]]
     notes: list[str]  # about configurations; notes about single runs stay on `RunRecord.notes`
     files: dict[str, Path] = field(default_factory=dict)
+    paired: PairedSection | None = None  # every configuration against the baseline; None with one configuration
 
     @property
     def incomplete_runs(self) -> list[RunRecord]:
@@ -217,6 +226,8 @@ def summarize(
     confidence: float = DEFAULT_CONFIDENCE,
     ignore: Sequence[str] = (),
     extra_metrics: Sequence[str] = (),
+    baseline: str | None = None,
+    detect: float | None = None,
 ) -> Report:
     """Group loaded runs and compute per-configuration statistics (writes nothing)."""
     if not runs:
@@ -231,8 +242,10 @@ def summarize(
     for group in groups:
         notes += _summarize_group(group, metrics, confidence)
     columns, rows = _rows(groups, swept, metrics)
+    paired = build_paired_section(groups, metrics, metric_value, baseline=baseline, confidence=confidence,
+                                  detect=detect)
     return Report(grouping=grouping, ignored_keys=ignored, swept_keys=swept, fixed_settings=fixed, groups=groups, runs=list(runs),
-                  metrics=metrics, confidence=confidence, columns=columns, rows=rows, notes=notes)
+                  metrics=metrics, confidence=confidence, columns=columns, rows=rows, notes=notes, paired=paired)
 
 
 # ---------------------------------------------------------------------------------------------- formatting
@@ -338,6 +351,7 @@ def render_markdown(report: Report, out_dir: Path) -> str:
         "",
         *[f"- **{m.header}**: {m.description}" for m in report.metrics],
         "",
+        *_paired_markdown(report.paired),
         "## Plots",
         "",
     ]
@@ -356,6 +370,20 @@ def render_markdown(report: Report, out_dir: Path) -> str:
     if notes:
         lines += ["## Notes", "", *[f"- {_md_cell(note)}" for note in notes], ""]
     return "\n".join(lines)
+
+
+def _paired_markdown(paired: PairedSection | None) -> list[str]:
+    if paired is None:
+        return []
+    lines = ["## Paired comparisons", "", *section_intro(paired), "", *_md_table(*comparison_table(paired)), ""]
+    lines += [f"- {_md_cell(note)}" for note in paired.notes] + ([""] if paired.notes else [])
+    if paired.noise:
+        lines += ["### Evaluation noise vs seed noise", "",
+                  "eval: the Wilson 95% interval of one evaluation over its n problems (mean over seeds); seed: "
+                  "the t interval of the mean over seeds. \"dominant\" is eval when the binomial variance "
+                  "p(1-p)/n is at least half the variance across seeds.", "",
+                  *_md_table(*noise_table(paired)), ""]
+    return lines
 
 
 def _csv_value(value: str | int | float) -> str | int | float:
@@ -397,6 +425,8 @@ def build_report(
     ignore: Sequence[str] = (),
     extra_metrics: Sequence[str] = (),
     plots: bool = True,
+    baseline: str | None = None,
+    detect: float | None = None,
 ) -> Report:
     """Find run folders under the given folder(s), summarize them and write report.md, report.csv and the PNGs
     into `out_dir` (default: the first folder given). Returns the `Report` (rows as plain dicts)."""
@@ -410,7 +440,7 @@ def build_report(
             f"no run folders under {', '.join(map(str, roots))} (a run folder holds .hydra/config.yaml or spec.yaml)"
         )
     report = summarize([load_run(d) for d in run_dirs], confidence=confidence, ignore=ignore,
-                       extra_metrics=extra_metrics)
+                       extra_metrics=extra_metrics, baseline=baseline, detect=detect)
     out = Path(out_dir) if out_dir is not None else Path(roots[0])
     out.mkdir(parents=True, exist_ok=True)
     report.files["csv"] = write_csv(report, out / REPORT_CSV)
@@ -425,6 +455,10 @@ def build_report(
 def console_summary(report: Report) -> str:
     out_dir = report.files["md"].parent if "md" in report.files else Path.cwd()
     parts = [text_table(*_display_table(report))]
+    if report.paired is not None:
+        parts += [f"\nPaired against {report.paired.baseline} (p Holm-corrected; see {REPORT_MD}):",
+                  text_table(*comparison_table(report.paired))]
+        parts += [f"  {note}" for note in report.paired.notes]
     if report.incomplete_runs:
         parts += [f"\nFailed or unfinished runs ({len(report.incomplete_runs)}):",
                   text_table(*_incomplete_table(report, out_dir))]
@@ -465,6 +499,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--metric", action="append", default=[], metavar="KEY",
                         help="extra final metric: a dotted path into summary.json, e.g. eval_after_rl.pass_at_k; "
                              "repeatable")
+    parser.add_argument("--baseline", default=None, metavar="KEY=VALUE",
+                        help="configuration the others are compared with, seed by seed, e.g. 'loss=dapo_global' "
+                             "(several pairs separated by spaces; default: the first configuration)")
+    parser.add_argument("--detect", type=float, default=None, metavar="DIFF",
+                        help="also report the seeds needed to detect a difference of DIFF (e.g. 0.05)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return parser
 
@@ -474,10 +513,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0.0 < args.confidence < 1.0:
         parser.error(f"--confidence must be in (0, 1), got {args.confidence}")
+    if args.detect is not None and not args.detect > 0.0:
+        parser.error(f"--detect must be a positive difference, got {args.detect}")
     try:
         report = build_report(args.dirs, args.out, confidence=args.confidence, ignore=args.ignore,
-                              extra_metrics=args.metric, plots=not args.no_plots)
-    except (FileNotFoundError, NotADirectoryError) as error:
+                              extra_metrics=args.metric, plots=not args.no_plots, baseline=args.baseline,
+                              detect=args.detect)
+    except (FileNotFoundError, NotADirectoryError, ValueError) as error:
         parser.error(str(error))
     print(console_summary(report))
     return 0

@@ -147,6 +147,8 @@ def format_summary_table(summary: dict[str, Any]) -> str:
     ]
     if "pass_at_1" in before and "pass_at_1" in after:
         rows.append(("gain", f"{after['pass_at_1'] - before['pass_at_1']:+.3f}"))
+    if summary.get("decontam"):
+        rows.append(("decontam/dropped", f"{summary['decontam']['dropped']} of {summary['decontam']['checked']}"))
     width = max(len(k) for k, _ in rows)
     line = "-" * (width + 40)
     return "\n".join([line, *[f"{k:<{width}}  {v}" for k, v in rows], line])

@@ -142,6 +142,8 @@ class RunDriver:
     def run(self) -> dict[str, Any]:
         import ray
 
+        from marin_rl.environments.decontam import decontam_line
+
         s = self.spec
         self.start_actors()
         info = ray.get(self.trainer.prepare.remote())
@@ -153,6 +155,8 @@ class RunDriver:
             self.run_dir, s.tracking.wandb_mode, s.tracking.project, s.tracking.entity,
             s.run_name or self.run_dir.name, s.model_dump(mode="json"),
         )
+        decontam = ray.get(self.workers[0].decontamination.remote())
+        print(decontam_line(decontam), flush=True)
         eval_before = extra.get("eval_before_rl")
         if eval_before is None:
             print(f"evaluating the starting policy on {s.train.eval_prompts} held-out prompts ...", flush=True)
@@ -211,6 +215,7 @@ class RunDriver:
             "checkpoint": ckpt,
             "resumed_from": info["resumed_from"],
             "worker_restarts": self.worker_restarts,
+            "decontam": decontam,  # None when off or when no component has a fixed training set
         }
         write_summary(self.run_dir, summary)
         if s.tracking.plots:

@@ -23,6 +23,7 @@ from typing import Any
 from marin_rl.config.seeds import derive_seed, numpy_rng
 from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
+from marin_rl.environments.decontam import decontamination_summary
 from marin_rl.inference.graded_sampling import eval_records, sample_and_score, to_rollout
 from marin_rl.inference.sampler import Sampler
 from marin_rl.models.policy import policy_structure
@@ -178,6 +179,10 @@ class RolloutWorker:
         return "stopped"
 
     # --- evaluation ----------------------------------------------------------------------------------------
+    def decontamination(self) -> dict | None:
+        """What decontamination dropped from this worker's training problems (see environments/decontam.py)."""
+        return decontamination_summary(self.env)
+
     def evaluate(self, n_prompts: int, n_samples: int, min_version: int) -> dict:
         """Sample the held-out problems with weights of at least `min_version`; per-sample records + version."""
         self._wait_for_weights(min_version - 1)

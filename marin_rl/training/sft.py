@@ -172,9 +172,13 @@ def sft_examples(spec: RunSpec, env: Any, tokenizer: Any = None, n: int | None =
     (default steps x batch_size), else a synthetic JSONL path (`marin_rl.environments.synthetic.load_sft_jsonl`)."""
     source = spec.sft.source
     if source != "env":
+        from marin_rl.environments.decontam import decontaminate_sft_rows
         from marin_rl.environments.synthetic import load_sft_jsonl
 
-        return [(row["prompt"], row["response"]) for row in load_sft_jsonl(source)]
+        rows = load_sft_jsonl(source)
+        if spec.env.decontam.enabled:
+            rows = decontaminate_sft_rows(rows, env, spec.env.decontam.ngram, source)
+        return [(row["prompt"], row["response"]) for row in rows]
     style = prompt_style(spec.model.chat_template)
     n = n or max(sft_steps(spec), 1) * spec.sft.batch_size
     problems = env.sample(n, numpy_rng(spec.seed, "sft-examples"))
