@@ -17,7 +17,8 @@ AggregationMode = Literal[
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: inf/nan in any float field (optimizer.lr=inf, ...) is an error naming the key
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class TruncatedISConfig(StrictModel):
