@@ -38,10 +38,11 @@ def check_export_target(out: str | Path, checkpoint: str | Path) -> None:
     protected = [("the checkpoint", checkpoint)]
     if checkpoint.parent.name == "checkpoints":
         protected.append(("the checkpoint's run folder", checkpoint.parent.parent))
-    for what, path in protected:
-        relation = _relation(out, path)
-        if relation:
-            raise UnsafeExportTarget(f"--out {out} {relation} {what} {path}; export somewhere else")
+    clashes = [(relation, what, path) for what, path in protected if (relation := _relation(out, path))]
+    clashes.sort(key=lambda clash: clash[0] != "is")  # the exact match is the clearest message
+    if clashes:
+        relation, what, path = clashes[0]
+        raise UnsafeExportTarget(f"--out {out} {relation} {what} {path}; export somewhere else")
     for folder in (out, *out.parents):
         if is_run_folder(folder):
             raise UnsafeExportTarget(f"--out {out} lies inside the run folder {folder}; export somewhere else")
