@@ -137,16 +137,20 @@ class RunDriver:
                 "runtime_env": actor_runtime_env(s),
             }
 
-        self.coordinator = ray.remote(Coordinator).options(num_cpus=0, max_concurrency=16).remote()
+        # Named (unique per run, even in a shared namespace) so rollout workers get names, not handles: see there.
+        names = {role: f"marin-rl-{uuid.uuid4().hex[:12]}-{role}" for role in ("coordinator", "trainer")}
+        self.coordinator = ray.remote(Coordinator).options(
+            name=names["coordinator"], num_cpus=0, max_concurrency=16
+        ).remote()
         self.trainer = ray.remote(TrainerActor).options(
-            **_actor_options(hw.trainer_resources, max_concurrency=8), **in_bundle(0)
+            name=names["trainer"], **_actor_options(hw.trainer_resources, max_concurrency=8), **in_bundle(0)
         ).remote(spec_dict, str(self.run_dir), self.coordinator, self.weights_dir)
         worker_cls = ray.remote(RolloutWorker)
         self.workers = [
             worker_cls.options(
                 **_actor_options(hw.rollout_resources, max_concurrency=2, max_restarts=WORKER_RESTART_LIMIT),
                 **in_bundle(1 + i),
-            ).remote(spec_dict, i, self.coordinator, self.trainer, str(self.run_dir), self.weights_dir)
+            ).remote(spec_dict, i, names["coordinator"], names["trainer"], str(self.run_dir), self.weights_dir)
             for i in range(hw.num_rollout_workers)
         ]
         self.groups_per_worker = max(1, (s.train.batch_size // s.rollout.n_generations) // hw.num_rollout_workers)
@@ -291,7 +295,8 @@ def _progress(spec: RunSpec, start: int):
 
 
 def run_rl(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
-    """A whole RL run; on failure, summary.json says why (status=failed) and the error propagates."""
+    """A whole RL run; on failure, summary.json says why (status=failed, or interrupted on Ctrl-C) and the error
+    propagates."""
     import ray
 
     run_dir = Path(run_dir)
@@ -299,6 +304,10 @@ def run_rl(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     driver = RunDriver(spec, run_dir)
     try:
         return driver.run()
+    except KeyboardInterrupt:
+        # Ctrl-C is a stop, not a failure: the run resumes from its newest checkpoint (launcher prints how)
+        write_summary(run_dir, {"status": "interrupted", "error": None})
+        raise
     except BaseException as err:
         write_summary(run_dir, {"status": "failed", "error": f"{type(err).__name__}: {err}"})
         raise

@@ -40,8 +40,12 @@ class RolloutWorker:
         pid_dir = Path(run_dir) / "workers"
         pid_dir.mkdir(parents=True, exist_ok=True)
         (pid_dir / f"rollout_worker_{worker_id}.pid").write_text(str(os.getpid()))
-        self.coordinator = coordinator
-        self.trainer = trainer
+        import ray
+
+        # The driver passes actor names, not handles: a handle among a restartable actor's constructor arguments
+        # makes Ray print an error line ("constructor arguments in the object store and max_restarts > 0").
+        self.coordinator = ray.get_actor(coordinator) if isinstance(coordinator, str) else coordinator
+        self.trainer = ray.get_actor(trainer) if isinstance(trainer, str) else trainer
         # A restarted worker must not replay the same prompts: mix the restart time into the data seed.
         self.rng = np.random.default_rng([self.spec.seed, worker_id, time.time_ns() % (2**31)])
         self.env = build_environment(self.spec.env, seed=self.spec.seed + 1000 * worker_id)
