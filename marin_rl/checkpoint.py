@@ -142,11 +142,11 @@ def save_checkpoint(
         shutil.rmtree(old, ignore_errors=True)
     os.replace(tmp, path)
     if keep is not None:
-        prune_checkpoints(path.parent, keep)
+        prune_checkpoints(path.parent, keep, just_saved=path)
     return path
 
 
-def prune_checkpoints(checkpoint_dir: str | Path, keep: int) -> list[Path]:
+def prune_checkpoints(checkpoint_dir: str | Path, keep: int, just_saved: Path | None = None) -> list[Path]:
     """Delete all but the newest `keep` finished checkpoints (and stale .tmp folders); returns what was deleted.
 
     The newest checkpoint that verifies is never deleted, even when newer (damaged) ones outnumber `keep`.
@@ -155,7 +155,8 @@ def prune_checkpoints(checkpoint_dir: str | Path, keep: int) -> list[Path]:
         raise ValueError(f"train.keep_checkpoints={keep} must be >= 1")
     checkpoint_dir = Path(checkpoint_dir)
     found = list_checkpoints(checkpoint_dir)
-    newest_good, _ = newest_verified(found)
+    # save_checkpoint passes the checkpoint it just wrote and hashed: no second read when it is the newest
+    newest_good = just_saved if found and found[-1] == just_saved else newest_verified(found)[0]
     doomed = [p for p in found[:-keep] if p != newest_good]
     doomed += [p for p in checkpoint_dir.iterdir() if p.is_dir() and p.name.endswith(TMP_SUFFIX)]
     for p in doomed:
