@@ -17,7 +17,8 @@ import jax
 from marin_rl import checkpoint as ckpt
 from marin_rl.models.hf_io import export_hf
 from marin_rl.models.policy import load_policy_from_checkpoint
-from marin_rl.training.export_target import check_export_target
+from marin_rl.training.checkpoint_manifest import CheckpointCorruptError
+from marin_rl.training.export_target import UnsafeExportTarget, check_export_target
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -62,4 +63,8 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (FileNotFoundError, FileExistsError, UnsafeExportTarget, CheckpointCorruptError) as err:
+        # a bad --checkpoint or --out: one line, not a traceback
+        raise SystemExit(f"error: {err}") from None
