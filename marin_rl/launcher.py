@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from marin_rl.config.plan import actor_plan, format_plan
 from marin_rl.config.spec import RunSpec, SpecError, build_run_spec
+from marin_rl.runlog.run_lock import RunFolderError, claim_run_folder, clear_run_folder, previous_run_entries
 
 logger = logging.getLogger("marin_rl")
 
@@ -91,12 +92,56 @@ def run_from_hydra(cfg: DictConfig) -> float | None:
 
     if spec.mode == "rl":
         warn_if_greedy(spec.sampler.temperature, spec.sampler.top_k, spec.sampler.greedy, context="training")
-    spec_path = write_spec(spec, run_dir)
     if spec.dry_run:
         print(yaml.safe_dump({"spec": spec.model_dump(mode="json")}, sort_keys=False))
         print(format_plan(actor_plan(spec)))
-        print(f"dry run: config is valid; spec written to {spec_path}; nothing started.")
+        if previous_run_entries(run_dir):  # never overwrite the spec.yaml of a run that lives there
+            print(f"dry run: config is valid; {run_dir} holds a run, so no spec was written; nothing started.")
+        else:
+            print(f"dry run: config is valid; spec written to {write_spec(spec, run_dir)}; nothing started.")
         return None
+    try:
+        lock = claim_run_folder(run_dir, spec.resume, spec.overwrite)
+    except RunFolderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        return _checked_run(spec, objective, run_dir)
+    finally:
+        lock.release()
+
+
+def _checked_run(spec: RunSpec, objective: str | None, run_dir: Path) -> float | None:
+    """Preflight checks, the fresh-start clearing, then the run; Ctrl-C ends it with one line, not a traceback."""
+    from marin_rl.config.preflight import PreflightError, preflight
+
+    try:
+        preflight(spec, run_dir)
+    except PreflightError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    if spec.overwrite and (cleared := clear_run_folder(run_dir)):
+        print(f"overwrite=true: deleted the previous run's {len(cleared)} entries in {run_dir}", flush=True)
+    write_spec(spec, run_dir)
+    try:
+        return _dispatch(spec, objective, run_dir)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted. {resume_hint(spec, run_dir)}", file=sys.stderr, flush=True)
+        sys.exit(130)
+
+
+def resume_hint(spec: RunSpec, run_dir: Path) -> str:
+    """What to type to continue an interrupted run (RL runs resume from their newest checkpoint)."""
+    if spec.mode != "rl":
+        return f"mode={spec.mode} cannot resume; rerun it with overwrite=true to start over in {run_dir}"
+    from hydra.core.hydra_config import HydraConfig
+
+    dropped = ("resume=", "overwrite=", "hydra.run.dir=", "+resume=", "++resume=")
+    kept = [o for o in HydraConfig.get().overrides.task if not o.startswith(dropped)]
+    return f"Continue with: python launch.py {' '.join([*kept, 'resume=auto', f'hydra.run.dir={run_dir}'])}"
+
+
+def _dispatch(spec: RunSpec, objective: str | None, run_dir: Path) -> float | None:
     if spec.mode == "rl":
         from marin_rl.modes.rl import run_rl
 

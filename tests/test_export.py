@@ -16,6 +16,7 @@ from marin_rl.models.policy import build_policy, load_policy_from_checkpoint
 from marin_rl.training import checkpoint as ckpt
 from marin_rl.training.export import main as export_main
 from marin_rl.training.export import resolve_checkpoint
+from marin_rl.training.export_target import UnsafeExportTarget
 
 
 def arrays(model):
@@ -80,3 +81,21 @@ def test_export_errors_are_clear(exported, tmp_path):
         resolve_checkpoint(tmp_path)
     with pytest.raises(ValueError, match="allowed"):
         lev_config_class_for_hf("gpt_neox")
+
+
+def test_export_refuses_to_write_onto_around_or_into_its_source(exported, tmp_path):
+    _, _, run, _ = exported
+    step = run / "checkpoints" / "step-0000000"
+    other_run = tmp_path / "other"
+    (other_run / "checkpoints").mkdir(parents=True)
+    for source, out, relation in [
+        (run, run, "is the checkpoint's run folder"),
+        (step, step, "is the checkpoint"),
+        (run, run.parent, "contains the checkpoint "),
+        (step, run / "hf", "lies inside the checkpoint's run folder"),
+        (run, other_run / "hf", f"lies inside the run folder {other_run}"),
+        (run, tmp_path, f"contains the run folder {other_run}"),
+    ]:
+        with pytest.raises(UnsafeExportTarget, match=relation):
+            export_main(["--checkpoint", str(source), "--out", str(out), "--overwrite"])
+    assert ckpt.latest_checkpoint(run / "checkpoints") == step  # the source is intact

@@ -185,6 +185,7 @@ class RunSpec(StrictModel):
     seed: int = 0
     dry_run: bool = False
     resume: str = "never"  # never | auto | <path to a run folder>
+    overwrite: bool = False  # fresh start in a run folder that holds a previous run: delete its contents first
     run_name: str | None = None
     recipe: str | None = None
     env: EnvConfig
@@ -241,6 +242,10 @@ class RunSpec(StrictModel):
             )
         if self.resume not in ("never", "auto") and not self.resume:
             raise ValueError("resume must be 'never', 'auto' or a path to a run folder")
+        if self.overwrite and self.resume == "auto":
+            raise ValueError(
+                "overwrite=true deletes the run folder that resume=auto would continue; set only one of them"
+            )
         if self.rollout.mode == "inflight" and self.hardware.inference_backend != "levanter":
             raise ValueError(
                 f"rollout.mode=inflight needs a sampler that can swap weights between decode chunks; "

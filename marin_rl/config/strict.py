@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict
 
 
 class StrictModel(BaseModel):
-    """A config section: a misspelt key is an error (extra="forbid") and a validated spec cannot change (frozen)."""
+    """A config section: a misspelt key is an error (extra="forbid"), a validated spec cannot change (frozen), and
+    inf/nan in any float (optimizer.lr=inf, ...) is an error naming the key (allow_inf_nan=False)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

@@ -13,7 +13,8 @@ from marin_rl.runtime.ray_cluster import init_ray
 
 
 def run_rl(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
-    """A whole RL run; on failure, summary.json says why (status=failed) and the error propagates."""
+    """A whole RL run; on failure, summary.json says why (status=failed, or interrupted on Ctrl-C) and the error
+    propagates."""
     import ray
 
     run_dir = Path(run_dir)
@@ -21,6 +22,10 @@ def run_rl(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     driver = RunDriver(spec, run_dir)
     try:
         return driver.run()
+    except KeyboardInterrupt:
+        # Ctrl-C is a stop, not a failure: the run resumes from its newest checkpoint (launcher prints how)
+        write_summary(run_dir, {"status": "interrupted", "error": None})
+        raise
     except BaseException as err:
         write_summary(run_dir, {"status": "failed", "error": f"{type(err).__name__}: {err}"})
         raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -76,16 +77,20 @@ class RunDriver:
                 "runtime_env": actor_runtime_env(s),
             }
 
-        self.coordinator = ray.remote(Coordinator).options(num_cpus=0, max_concurrency=16).remote()
+        # Named (unique per run, even in a shared namespace) so rollout workers get names, not handles: see there.
+        names = {role: f"marin-rl-{uuid.uuid4().hex[:12]}-{role}" for role in ("coordinator", "trainer")}
+        self.coordinator = ray.remote(Coordinator).options(
+            name=names["coordinator"], num_cpus=0, max_concurrency=16
+        ).remote()
         self.trainer = ray.remote(TrainerActor).options(
-            **actor_options(hw.trainer_resources, max_concurrency=8), **in_bundle(0)
+            name=names["trainer"], **actor_options(hw.trainer_resources, max_concurrency=8), **in_bundle(0)
         ).remote(spec_dict, str(self.run_dir), self.coordinator, self.weights_dir)
         worker_cls = ray.remote(RolloutWorker)
         self.workers = [
             worker_cls.options(
                 **actor_options(hw.rollout_resources, max_concurrency=2, max_restarts=WORKER_RESTART_LIMIT),
                 **in_bundle(1 + i),
-            ).remote(spec_dict, i, self.coordinator, self.trainer, str(self.run_dir), self.weights_dir)
+            ).remote(spec_dict, i, names["coordinator"], names["trainer"], str(self.run_dir), self.weights_dir)
             for i in range(hw.num_rollout_workers)
         ]
         groups_per_step = s.train.batch_size // s.rollout.n_generations

@@ -47,9 +47,11 @@ class RolloutWorker:
         pid_dir = Path(run_dir) / "workers"
         pid_dir.mkdir(parents=True, exist_ok=True)
         (pid_dir / f"rollout_worker_{worker_id}.pid").write_text(str(os.getpid()))
-        self.coordinator = coordinator
-        self.trainer = trainer
-        self.incarnation = ray.get(coordinator.register_worker.remote(worker_id))  # 0, then +1 per restart
+        # The driver passes actor names, not handles: a handle among a restartable actor's constructor arguments
+        # makes Ray print an error line ("constructor arguments in the object store and max_restarts > 0").
+        self.coordinator = ray.get_actor(coordinator) if isinstance(coordinator, str) else coordinator
+        self.trainer = ray.get_actor(trainer) if isinstance(trainer, str) else trainer
+        self.incarnation = ray.get(self.coordinator.register_worker.remote(worker_id))  # 0, then +1 per restart
         self.env = build_environment(self.spec.env, seed=derive_seed(self.spec.seed, "env", worker_id))
         self.structure, self.tokenizer = policy_structure(self.spec.model)
         self.sampler: Sampler | None = None  # built around the first weights that arrive

@@ -5,10 +5,13 @@ Layout of one checkpoint folder (e.g. <run_dir>/checkpoints/step-0000010):
     train_state/      optimizer state, step counter, PRNG key
     model_config.json the ModelConfig, so export/eval can rebuild the network without the run config
     extra.json        caller's extra state (replay buffer position, sampler counters, ...), JSON
+    MANIFEST.json     size and SHA-256 of every file above (training/checkpoint_manifest.py); checked on load
     COMPLETE          written last; only folders with it count as checkpoints
 
 Everything is written into "<name>.tmp" and renamed into place, so a run killed mid-save leaves either the old
-checkpoint or a ".tmp" folder that `latest_checkpoint` ignores (and the next save removes).
+checkpoint or a ".tmp" folder that `latest_checkpoint` ignores (and the next save removes). A finished checkpoint
+whose files were later lost or changed fails verification: `latest_checkpoint` skips it (saying so), restores refuse
+it, and pruning never deletes the newest checkpoint that verifies.
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ from levanter.checkpoint import save_checkpoint as lev_save_checkpoint
 
 from marin_rl.config.spec import ModelConfig
 from marin_rl.models.arrays import local_mesh
+from marin_rl.training.checkpoint_manifest import (
+    fallback_message,
+    newest_verified,
+    verify_checkpoint,
+    write_manifest,
+)
 
 COMPLETE_MARKER = "COMPLETE"
 MODEL_DIR = "model"
@@ -46,6 +55,7 @@ class _DropNoneLeafWarnings(logging.Filter):
 
 
 logging.getLogger("levanter.tensorstore_serialization").addFilter(_DropNoneLeafWarnings())
+logger = logging.getLogger(__name__)
 
 
 def checkpoint_path(checkpoint_dir: str | Path, step: int) -> Path:
@@ -79,9 +89,11 @@ def list_checkpoints(checkpoint_dir: str | Path) -> list[Path]:
 
 
 def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
-    """The finished checkpoint with the highest step in `checkpoint_dir`, or None."""
-    found = list_checkpoints(checkpoint_dir)
-    return found[-1] if found else None
+    """The finished checkpoint with the highest step in `checkpoint_dir` that verifies, or None (warns on skips)."""
+    chosen, rejected = newest_verified(list_checkpoints(checkpoint_dir))
+    if rejected:
+        logger.warning(fallback_message(chosen, rejected))
+    return chosen
 
 
 def _train_state_tree(state: Any) -> dict[str, Any]:
@@ -117,6 +129,7 @@ def save_checkpoint(
     (tmp / EXTRA_FILE).write_text(extra_json)
     if model_config is not None:
         (tmp / MODEL_CONFIG_FILE).write_text(model_config.model_dump_json(indent=1))
+    write_manifest(tmp)
     vocab = getattr(
         state.model, "Vocab", None
     )  # HF models may pad the vocab past len(tokenizer): keep its size
@@ -129,16 +142,22 @@ def save_checkpoint(
         shutil.rmtree(old, ignore_errors=True)
     os.replace(tmp, path)
     if keep is not None:
-        prune_checkpoints(path.parent, keep)
+        prune_checkpoints(path.parent, keep, just_saved=path)
     return path
 
 
-def prune_checkpoints(checkpoint_dir: str | Path, keep: int) -> list[Path]:
-    """Delete all but the newest `keep` finished checkpoints (and stale .tmp folders); returns what was deleted."""
+def prune_checkpoints(checkpoint_dir: str | Path, keep: int, just_saved: Path | None = None) -> list[Path]:
+    """Delete all but the newest `keep` finished checkpoints (and stale .tmp folders); returns what was deleted.
+
+    The newest checkpoint that verifies is never deleted, even when newer (damaged) ones outnumber `keep`.
+    """
     if keep < 1:
         raise ValueError(f"train.keep_checkpoints={keep} must be >= 1")
     checkpoint_dir = Path(checkpoint_dir)
-    doomed = list_checkpoints(checkpoint_dir)[:-keep]
+    found = list_checkpoints(checkpoint_dir)
+    # save_checkpoint passes the checkpoint it just wrote and hashed: no second read when it is the newest
+    newest_good = just_saved if found and found[-1] == just_saved else newest_verified(found)[0]
+    doomed = [p for p in found[:-keep] if p != newest_good]
     doomed += [p for p in checkpoint_dir.iterdir() if p.is_dir() and p.name.endswith(TMP_SUFFIX)]
     for p in doomed:
         shutil.rmtree(p, ignore_errors=True)
@@ -151,6 +170,7 @@ def _require_checkpoint(path: Path) -> None:
             f"{path} is not a finished marin-rl checkpoint (no {COMPLETE_MARKER} marker; a killed save leaves "
             f"'{path.name}{TMP_SUFFIX}' instead)"
         )
+    verify_checkpoint(path)  # a lost chunk file would otherwise load as zeros
 
 
 def _placed_like(restored: Any, template: Any) -> Any:
@@ -169,6 +189,10 @@ def restore_model(path: str | Path, template_model: Any) -> Any:
     """The policy saved in checkpoint `path`, shaped like `template_model` (concrete or from eqx.filter_eval_shape)."""
     path = Path(path)
     _require_checkpoint(path)
+    return _load_model(path, template_model)
+
+
+def _load_model(path: Path, template_model: Any) -> Any:
     with hax.partitioning.set_mesh(local_mesh()):
         model = lev_load_checkpoint(template_model, str(path / MODEL_DIR), discover_latest=False)
     return _placed_like(model, template_model)
@@ -178,7 +202,7 @@ def restore_checkpoint(path: str | Path, template_state: Any) -> tuple[Any, dict
     """(state, extra) from checkpoint `path`; template_state gives the structure (e.g. Trainer.init_state(model))."""
     path = Path(path)
     _require_checkpoint(path)
-    model = restore_model(path, template_state.model)
+    model = _load_model(path, template_state.model)
     with hax.partitioning.set_mesh(local_mesh()):
         rest = lev_load_checkpoint(
             _train_state_tree(template_state), str(path / TRAIN_STATE_DIR), discover_latest=False

@@ -4,6 +4,7 @@
 
 --checkpoint may also be a checkpoints/ folder or a run folder: its latest finished checkpoint is used. The model is
 rebuilt from the checkpoint's model_config.json (no run config needed); the tokenizer comes from that config.
+--out may not be, contain or lie inside the checkpoint or a run folder (--overwrite deletes it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import jax
 from marin_rl.models.hf_io import export_hf
 from marin_rl.models.policy import load_policy_from_checkpoint
 from marin_rl.training import checkpoint as ckpt
+from marin_rl.training.checkpoint_manifest import CheckpointCorruptError
+from marin_rl.training.export_target import UnsafeExportTarget, check_export_target
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -37,6 +40,7 @@ def export_checkpoint(
 ) -> Path:
     """Write the policy of `checkpoint` (rebuilt from its model_config.json) to the HF folder `out`."""
     path = resolve_checkpoint(checkpoint)
+    check_export_target(out, path)  # before any work: --overwrite deletes --out
     model, tokenizer, _ = load_policy_from_checkpoint(path, dtype=dtype or "float32")
     return export_hf(model, tokenizer, out, overwrite=overwrite)
 
@@ -52,10 +56,15 @@ def main(argv: list[str] | None = None) -> Path:
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     args = parser.parse_args(argv)
-    out = export_checkpoint(args.checkpoint, args.out, dtype=args.dtype, overwrite=args.overwrite)
-    print(f"exported {resolve_checkpoint(args.checkpoint)} -> {out} (devices: {jax.devices()[0].platform})")
+    path = resolve_checkpoint(args.checkpoint)  # once: it verifies the files and reports any fallback
+    out = export_checkpoint(path, args.out, dtype=args.dtype, overwrite=args.overwrite)
+    print(f"exported {path} -> {out} (devices: {jax.devices()[0].platform})")
     return out
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (FileNotFoundError, FileExistsError, UnsafeExportTarget, CheckpointCorruptError) as err:
+        # a bad --checkpoint or --out: one line, not a traceback
+        raise SystemExit(f"error: {err}") from None

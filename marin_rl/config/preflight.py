@@ -1,0 +1,149 @@
+"""Checks the driver runs before any Ray actor starts: data files, resume paths, checkpoint vs model shapes.
+
+Each would otherwise surface ~30 s later inside a Ray traceback. A failed check raises PreflightError with one
+message that names the config key, the file and what to change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from marin_rl.config.spec import ModelConfig, RunSpec
+
+# ModelConfig fields that decide the parameter shapes of a kind=tiny model (max_seq_len does not: no learned
+# position table), in the order a message lists them.
+TINY_SHAPE_FIELDS = ("hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads", "tokenizer")
+# config.json keys that decide the parameter shapes of an HF model.
+HF_SHAPE_KEYS = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "vocab_size", "model_type",
+)
+
+
+class PreflightError(ValueError):
+    """A run that cannot work, found before Ray starts; the message says what to change."""
+
+
+def check_data(spec: RunSpec) -> None:
+    """Load every local data file the run will read (env components, sft.source) so a bad line fails now."""
+    from marin_rl.environments import build_component, resolve_data_dir
+    from marin_rl.environments.grading import LazyGradingPool
+
+    pool = LazyGradingPool(spec.env.grading)  # started on first grade only: never here
+    for index, component in enumerate(spec.env.components):
+        if component.kind == "mock":
+            continue
+        if component.kind != "classification" and resolve_data_dir(
+            component.data_dir, spec.env.data_dir, component.kind
+        ) is None:
+            continue  # the hub: its loader already fails fast and clearly, and a download belongs to the run
+        try:
+            build_component(component, spec.env.data_dir, pool, seed=spec.seed).close()
+        except (OSError, ValueError, KeyError, RuntimeError) as err:
+            raise PreflightError(f"env.components.{index} ({component.resolved_name}): {err}") from None
+    if spec.sft.source != "env" and (spec.mode == "sft" or (spec.sft.warmstart and spec.sft.steps > 0)):
+        from marin_rl.environments.synthetic import load_sft_jsonl
+
+        try:
+            load_sft_jsonl(spec.sft.source)
+        except (OSError, ValueError) as err:
+            raise PreflightError(f"sft.source={spec.sft.source}: {err}") from None
+
+
+def shape_differences(config: ModelConfig, saved: ModelConfig) -> list[str]:
+    """'field: here vs checkpoint' for every model setting that changes parameter shapes; [] = compatible."""
+    if config.kind != saved.kind:
+        return [f"model.kind={config.kind} here, {saved.kind} in the checkpoint"]
+    if config.kind == "tiny":
+        return [
+            f"model.{name}={getattr(config, name)} here, {getattr(saved, name)} in the checkpoint"
+            for name in TINY_SHAPE_FIELDS
+            if getattr(config, name) != getattr(saved, name)
+        ]
+    here, there = _hf_shape(config.hf_path), _hf_shape(saved.hf_path)
+    if here is None or there is None:
+        return []  # a hub id or a moved folder: nothing local to compare; the restore itself still checks
+    return [f"{key}={here.get(key)} here ({config.hf_path}), {there.get(key)} in the checkpoint ({saved.hf_path})"
+            for key in HF_SHAPE_KEYS if here.get(key) != there.get(key)]
+
+
+def _hf_shape(hf_path: str | None) -> dict | None:
+    """The shape-deciding keys of a local HF folder's config.json, or None when it is not local."""
+    import json
+
+    file = Path(hf_path or "") / "config.json"
+    if not hf_path or not file.is_file():
+        return None
+    cfg = json.loads(file.read_text())
+    return {key: cfg.get(key) for key in HF_SHAPE_KEYS}
+
+
+def check_checkpoint_fits(path: Path, config: ModelConfig, what: str) -> None:
+    """Raise PreflightError when checkpoint `path` was saved from a model of other shapes than `config`."""
+    from marin_rl.training.checkpoint import MODEL_CONFIG_FILE, read_model_config
+
+    if not (path / MODEL_CONFIG_FILE).is_file():
+        return  # saved without its model config: the restore compares the arrays themselves
+    differences = shape_differences(config, read_model_config(path))
+    if differences:
+        raise PreflightError(
+            f"{what}: the model config differs from the checkpoint's ({path / MODEL_CONFIG_FILE}), so its weights "
+            f"do not fit: {'; '.join(differences)}. Set the model to the checkpoint's values or start without it."
+        )
+
+
+def resume_checkpoint(spec: RunSpec, run_dir: Path) -> Path | None:
+    """The checkpoint mode=rl will resume from (None: a fresh start), printing any fallback past damaged ones."""
+    from marin_rl.training.checkpoint import list_checkpoints
+    from marin_rl.training.checkpoint_manifest import fallback_message, newest_verified
+
+    if spec.resume == "never":
+        return None
+    if spec.resume == "auto":
+        where, key = run_dir / "checkpoints", "resume=auto"
+    else:
+        folder = Path(spec.resume)
+        if not folder.is_dir():
+            raise PreflightError(f"resume={spec.resume}: no such run folder")
+        where, key = folder / "checkpoints", f"resume={spec.resume}"
+    found = list_checkpoints(where)
+    if not found:
+        if spec.resume == "auto":
+            return None  # nothing to continue yet: a fresh start, as documented
+        raise PreflightError(f"{key}: no finished checkpoint under {where}")
+    chosen, rejected = newest_verified(found)
+    if chosen is None:
+        raise PreflightError(
+            f"{key}: none of the {len(found)} checkpoints under {where} verifies, so nothing can be resumed:\n"
+            f"{fallback_message(chosen, rejected)}\nRestore the files, or start over with overwrite=true."
+        )
+    if rejected:
+        print(f"{key}: {fallback_message(chosen, rejected)}", flush=True)
+    check_checkpoint_fits(chosen, spec.model, key)
+    return chosen
+
+
+def check_init_checkpoint(spec: RunSpec) -> None:
+    """model.init_checkpoint must exist; a marin-rl checkpoint there must verify and fit the model."""
+    from marin_rl.training.checkpoint import is_checkpoint
+    from marin_rl.training.checkpoint_manifest import manifest_problems, summarize
+
+    if not spec.model.init_checkpoint:
+        return
+    path = Path(spec.model.init_checkpoint)
+    key = f"model.init_checkpoint={path}"
+    if not path.exists():
+        raise PreflightError(f"{key}: no such folder")
+    if is_checkpoint(path):
+        problems = manifest_problems(path)
+        if problems:
+            raise PreflightError(f"{key}: the checkpoint is damaged: {summarize(problems)}")
+        check_checkpoint_fits(path, spec.model, key)
+
+
+def preflight(spec: RunSpec, run_dir: Path) -> None:
+    """Every driver-side check of a run that is about to start (raises PreflightError)."""
+    check_data(spec)
+    check_init_checkpoint(spec)
+    if spec.mode == "rl":
+        resume_checkpoint(spec, run_dir)

@@ -1,0 +1,108 @@
+"""Errors a run can only hit late are found in the driver before Ray starts, each with one clear message:
+data files, resume paths, checkpoint vs model shapes, non-finite numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from spec_helpers import ROOT, compose_spec
+from tiny_policy import MODEL, tiny_model, tiny_trainer
+
+from marin_rl.config.preflight import PreflightError, preflight, resume_checkpoint
+from marin_rl.config.spec import SpecError
+from marin_rl.training import checkpoint as ckpt
+
+GOOD_GSM8K = {"question": "Tom has 2 apples and buys 3. How many?", "answer": "2+3=5\n#### 5"}
+
+
+def gsm8k_dir(tmp_path, test_lines):
+    """A local gsm8k folder: a valid train.jsonl and the given raw test.jsonl lines."""
+    folder = tmp_path / "gsm8k"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text(json.dumps(GOOD_GSM8K) + "\n")
+    (folder / "test.jsonl").write_text("".join(line + "\n" for line in test_lines))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "lines, expected",
+    [
+        (None, "no such JSONL file"),
+        ([json.dumps(GOOD_GSM8K), '{"question": "cut short'], "test.jsonl:2: not valid JSON"),
+        ([json.dumps({"question": "no answer here"})], "test.jsonl:1: missing or empty string field(s) ['answer']"),
+    ],
+    ids=["missing-folder", "malformed-line", "missing-answer"],
+)
+def test_data_errors_are_found_before_ray(tmp_path, lines, expected):
+    data_dir = tmp_path / "absent" if lines is None else gsm8k_dir(tmp_path, lines)
+    spec = compose_spec(["env=gsm8k", f"env.data_dir={data_dir}"])
+    with pytest.raises(PreflightError, match="env.components.0 \\(gsm8k\\)") as err:
+        preflight(spec, tmp_path / "run")
+    assert expected in str(err.value)
+
+
+def test_missing_resume_path_is_found_before_ray(tmp_path):
+    with pytest.raises(PreflightError, match="no such run folder"):
+        preflight(compose_spec([f"resume={tmp_path / 'nope'}"]), tmp_path / "run")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PreflightError, match="no finished checkpoint under"):
+        preflight(compose_spec([f"resume={tmp_path / 'empty'}"]), tmp_path / "run")
+
+
+def save_tiny(run_dir, step):
+    """A checkpoint of the tests' tiny model (hidden_dim 32) at `step` under run_dir/checkpoints."""
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    state = tiny_trainer(None).init_state(tiny_model()[0])
+    state = dataclasses.replace(state, step=jnp.asarray(step, jnp.int32))
+    return ckpt.save_checkpoint(ckpt.checkpoint_path(run_dir / "checkpoints", step), state, model_config=MODEL)
+
+
+def test_checkpoint_shapes_that_differ_from_the_model_config_are_named(tmp_path):
+    save_tiny(tmp_path / "old", 3)
+    fitting = [f"model.{k}={getattr(MODEL, k)}" for k in ("hidden_dim", "intermediate_dim", "max_seq_len")]
+    assert resume_checkpoint(compose_spec([f"resume={tmp_path / 'old'}", *fitting]), tmp_path / "run")
+    spec = compose_spec([f"resume={tmp_path / 'old'}", "model.hidden_dim=64"])  # the checkpoint has 32
+    with pytest.raises(PreflightError) as err:
+        preflight(spec, tmp_path / "run")
+    message = str(err.value)
+    assert "the model config differs from the checkpoint's" in message
+    assert "model.hidden_dim=64 here, 32 in the checkpoint" in message
+
+
+def test_resume_auto_skips_a_damaged_checkpoint_and_refuses_when_none_verifies(tmp_path, capsys):
+    run = tmp_path / "run"
+    fitting = [f"model.{k}={getattr(MODEL, k)}" for k in ("hidden_dim", "intermediate_dim", "max_seq_len")]
+    spec = compose_spec(["resume=auto", *fitting])
+    assert resume_checkpoint(spec, run) is None  # nothing yet: resume=auto starts fresh
+    first, second = save_tiny(run, 1), save_tiny(run, 2)
+    (second / "model/lm_head/weight/0.0").unlink()
+    assert resume_checkpoint(spec, run) == first
+    assert f"falling back to {first}" in capsys.readouterr().out
+    (first / "extra.json").write_text('{"edited": 1}')  # same size would still differ by hash
+    with pytest.raises(PreflightError, match="none of the 2 checkpoints"):
+        resume_checkpoint(spec, run)
+
+
+@pytest.mark.parametrize("override", ["optimizer.lr=inf", "loss.clip_eps_high=nan", "rollout.weight_sync.timeout_s=-inf"])
+def test_non_finite_numbers_are_rejected(override):
+    with pytest.raises(SpecError, match=f"{override.split('=')[0]}: Input should be a finite number"):
+        compose_spec([override])
+
+
+def test_cli_prints_one_message_and_never_starts_ray(tmp_path):
+    data_dir = gsm8k_dir(tmp_path, ["not json"])
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "launch.py"), "env=gsm8k", f"env.data_dir={data_dir}",
+         f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT, env=dict(os.environ, HYDRA_FULL_ERROR="0"), capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().startswith("error: env.components.0 (gsm8k):") and "test.jsonl:1" in out.stderr
+    assert "Traceback" not in out.stderr and "Ray" not in out.stdout + out.stderr
