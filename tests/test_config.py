@@ -56,7 +56,6 @@ def test_every_group_option_validates(group, option):
 @pytest.mark.parametrize("recipe", recipes())
 def test_every_recipe_validates(recipe):
     spec = compose_spec([f"recipe={recipe}", "dry_run=true"])
-    assert spec.train.batch_size % spec.rollout.n_generations == 0
     assert spec.run_name == recipe
 
 

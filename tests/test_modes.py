@@ -41,4 +41,4 @@ def test_sft_export_generate_eval(tmp_path):
                  f"hydra.run.dir={eval_dir}")
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((eval_dir / "summary.json").read_text())
-    assert summary["eval"]["n_problems"] == 16 and 0 <= summary["eval"]["pass_at_1"] <= 1
+    assert summary["eval"]["n_problems"] == 16

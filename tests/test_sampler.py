@@ -270,6 +270,9 @@ def test_waves_requests_and_no_recompiles(model_a, tok):
     # a fresh sampler on already-compiled shapes: new prompt lengths, temperatures, top-k/top-p, max_new_tokens and
     # more rows than max_batch (two waves of 8) must not compile anything
     s = Sampler(model_a, tok, sampler_cfg(top_p=0.9), MAX_SEQ_LEN, max_batch=8, seed=7)
+    # compile this sampler's shapes here (one wave of <= 8 rows, prompts <= 16 tokens), whatever ran before
+    s.generate([SampleRequest(tok("a")["input_ids"], 3)], temperature=1.0, max_new_tokens=10)
+    s.compile_events.clear()
     waves = []
     requests = [SampleRequest(tok("ab")["input_ids"], 4), SampleRequest(tok("0123456")["input_ids"], 5)]
     out = s.generate(requests, temperature=0.9, max_new_tokens=10, on_chunk=waves.append)

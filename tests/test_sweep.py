@@ -31,5 +31,6 @@ def test_sweep_then_report(tmp_path):
         assert r["n_seeds"] == "2"
         mean, lo, hi = (float(r[f"eval_after_rl.pass_at_1_{k}"]) for k in ("mean", "ci_low", "ci_high"))
         assert math.isfinite(lo) and lo <= mean <= hi
-    assert (tmp_path / "report.md").read_text().count("|") > 10
+    table = (tmp_path / "report.md").read_text()
+    assert "0.001" in table and "0.002" in table  # both configurations have a row
     assert (tmp_path / "reward_curves.png").exists()

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tiny_policy import BATCH, MODEL, SEQ, arithmetic_batch, tiny_model, tiny_trainer
+from tiny_policy import BATCH, MODEL, OPTIMIZER, SEQ, arithmetic_batch, tiny_model, tiny_trainer
 
 from marin_rl.config.spec import OptimizerConfig
 from marin_rl.training.trainer import TrainBatch, lr_schedule, make_optimizer, pad_train_batch
@@ -110,3 +110,20 @@ def test_non_finite_loss_raises_before_the_update():
     assert int(state.step) == 0  # the caller's state is untouched and still usable
     state, metrics = trainer.train_step(state, batch)
     assert np.isfinite(metrics["loss/total"]) and int(state.step) == 1
+
+
+def test_logged_lr_is_the_applied_one_after_a_skipped_step():
+    """A skipped run step bumps TrainerState.step without an update; the lr schedule follows the optimizer's own
+    update count, and so does the logged lr (OPTIMIZER: 2 warmup steps, so lr(0) = peak / 2, lr(1) = peak)."""
+    import equinox as eqx
+
+    from marin_rl.training.trainer import schedule_count
+
+    model, tokenizer, _ = tiny_model()
+    trainer = tiny_trainer(None)
+    state = trainer.init_state(model)
+    skipped = eqx.tree_at(lambda st: st.step, state, state.step + 1)  # what TrainerActor._skip_step does
+    state, metrics = trainer.train_step(skipped, arithmetic_batch(tokenizer, seed=3))
+    assert int(schedule_count(state.opt_state)) == 1 and int(state.step) == 2
+    assert metrics["train/lr"] == pytest.approx(float(trainer.schedule(0))) == OPTIMIZER.lr / 2
+    assert float(trainer.schedule(1)) == pytest.approx(OPTIMIZER.lr)  # what the run step would have logged
