@@ -17,11 +17,12 @@ pytestmark = pytest.mark.timeout(900)
 
 # The sync run of this module: 4 steps, a checkpoint every 2, a KL term (so the reference policy matters).
 SYNC = [*SHORT_RUN, "train.steps=4", "train.checkpoint_every=2", "loss.kl.coef=0.05"]
-VOLATILE = ("time/", "throughput/", "time_s")  # wall-clock figures: the only fields two equal runs may differ in
+# the only fields two equal runs may differ in: wall-clock figures, and checkpoint paths (they name the run folder)
+VOLATILE = ("time/", "throughput/", "time_s", "checkpoint")
 
 
 def steady(rows: list[dict]) -> list[dict]:
-    """metrics.jsonl rows without their wall-clock fields."""
+    """metrics.jsonl rows without their wall-clock fields and paths."""
     return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
 
 
@@ -111,7 +112,7 @@ def test_everything_filtered_inflight_with_two_workers_completes_and_checkpoints
     """Every reward 0 (correct answers are worth nothing): every group is filtered, every step is skipped. The
     in-flight run must not stall, both workers share the prompts, and checkpoints still come on cadence."""
     out = launch(
-        *SHORT_RUN, "rollout.mode=inflight", "hardware.num_rollout_workers=2", "sft.warmstart=false",
+        *SHORT_RUN, "rollout.mode=inflight", "hardware.num_rollout_workers=2", "ray.num_cpus=3", "sft.warmstart=false",
         "env.components.0.reward.correct=0.0", "train.steps=3", "train.checkpoint_every=1", "train.eval_prompts=4",
         f"hydra.run.dir={tmp_path}",
     )
