@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from spec_helpers import CONF, ROOT
 
@@ -158,3 +159,38 @@ def test_the_run_ray_listens_on_loopback_and_refuses_clients_without_the_token(t
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, 9)
             head.wait()
+
+
+@pytest.mark.timeout(600)
+def test_a_sweep_through_the_ray_launcher_runs_with_token_auth(tmp_path):
+    """hydra/launcher=ray: the callback turns token auth on before the launcher starts Ray; the job's init_ray
+    fails unless its Ray runs in token mode, so a completed job is one that ran with authentication on."""
+    from e2e import SHORT_RUN, run_env, summary
+
+    token, log = tmp_path / "token", tmp_path / "sweep.log"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), "-m", "hydra/launcher=ray", *SHORT_RUN, "train.steps=1",
+         "sft.warmstart=false", "train.eval_prompts=4", "seed=0", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=ROOT, env={**without_ray_auth(), **{k: v for k, v in run_env().items() if k.startswith(("WANDB", "HF"))},
+                       TOKEN_PATH_ENV: str(token)},
+        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    seen, open_ports = set(), set()
+    try:
+        deadline = time.monotonic() + 560
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                listeners = listening_sockets(proc.pid)  # the launcher's Ray, the job, its actors
+            except psutil.NoSuchProcess:
+                break
+            seen |= {x.process for x in listeners}
+            open_ports |= set(exposed(listeners))
+            time.sleep(2)
+        assert proc.wait(timeout=5) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    assert "gcs_server" in seen and not open_ports, (seen, open_ports)
+    assert mode(token) == 0o600  # made by the callback in the launcher's process, before its ray.init
+    assert summary(tmp_path / "sweep" / "0")["status"] == "completed"
