@@ -12,7 +12,6 @@ ARGS   ?=
 export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
-export RAY_AUTH_MODE ?= disabled
 
 .PHONY: install run test test-slow lint report audit bench clean lock help
 

@@ -33,7 +33,7 @@ def launch_cmd(*overrides: str) -> list[str]:
 
 
 def run_env() -> dict:
-    return dict(os.environ, WANDB_MODE="offline", HF_HUB_OFFLINE="1", RAY_AUTH_MODE="disabled",
+    return dict(os.environ, WANDB_MODE="offline", HF_HUB_OFFLINE="1",
                 HYDRA_FULL_ERROR="1", PYTHONUNBUFFERED="1")
 
 

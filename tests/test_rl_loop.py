@@ -10,6 +10,7 @@ import signal
 import pytest
 from e2e import SHORT_RUN, SHORT_RUN_ANY_ENV, kill_group, launch, metrics, start, summary, wait_for
 
+from marin_rl.runtime.ray_security import exposed, listening_sockets
 from marin_rl.training.checkpoint import checkpoint_step, latest_checkpoint, list_checkpoints
 
 pytestmark = pytest.mark.timeout(900)
@@ -137,6 +138,8 @@ def test_inflight_run_swaps_weights_and_survives_a_killed_worker(tmp_path):
     )
     try:
         wait_for(lambda: len(metrics(tmp_path)) >= 2, 400, proc, "two RL steps")
+        listeners = listening_sockets(proc.pid)  # Ray, its workers, grading processes, wandb: all the run started
+        assert any(x.process == "gcs_server" for x in listeners) and exposed(listeners) == [], listeners
         pid = int((tmp_path / "workers" / "rollout_worker_0.pid").read_text())
         os.kill(pid, signal.SIGKILL)
         assert proc.wait(timeout=400) == 0, log.read_text()[-3000:]

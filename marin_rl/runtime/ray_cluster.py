@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from marin_rl.config.spec import RunSpec
+from marin_rl.runtime.ray_security import require_token_auth, secure_ray_environment
 
 # How often a job that waits for its placement group says so. It waits without a deadline: in a sweep on a small
 # machine the other jobs hold the CPUs, and a queue of N jobs can wait N runs long.
@@ -24,7 +25,8 @@ def actor_runtime_env(spec: RunSpec) -> dict[str, Any]:
 
 
 def init_ray(spec: RunSpec, run_dir: Path) -> bool:
-    """Join `ray.address` or start a private local Ray bound to 127.0.0.1; True if this call connected.
+    """Join `ray.address` or start a private local Ray bound to 127.0.0.1, token authentication on either way
+    (marin_rl/runtime/ray_security.py); True if this call connected.
 
     Inside a Ray task (a sweep job under hydra/launcher=ray) Ray is already connected: the job reuses that
     connection, and its actors are gang-scheduled in a placement group of their own so concurrent jobs never
@@ -33,10 +35,11 @@ def init_ray(spec: RunSpec, run_dir: Path) -> bool:
     import ray
 
     if ray.is_initialized():
+        require_token_auth()
         return False
 
     namespace = spec.ray.namespace or f"marin-rl-{uuid.uuid4().hex[:8]}"
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    secure_ray_environment(local=not spec.ray.address)
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     runtime_env = actor_runtime_env(spec)
     if spec.ray.address:
@@ -45,6 +48,7 @@ def init_ray(spec: RunSpec, run_dir: Path) -> bool:
         ray.init(
             num_cpus=spec.ray.num_cpus or os.cpu_count(),
             include_dashboard=spec.ray.include_dashboard,
+            dashboard_host="127.0.0.1",
             _node_ip_address="127.0.0.1",
             namespace=namespace,
             runtime_env=runtime_env,
