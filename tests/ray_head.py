@@ -1,4 +1,4 @@
-"""Start Ray the way a run does (orchestration.init_ray on the quickstart spec), start one actor, print the GCS
+"""Start Ray the way a run does (runtime.ray_cluster.init_ray on the quickstart spec), start one actor, print the GCS
 address, then hold the cluster until stdin closes. Used by test_ray_security.py from a separate process."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import ray
 from spec_helpers import compose_spec
 
-from marin_rl.runtime.driver import actor_runtime_env, init_ray
+from marin_rl.runtime.ray_cluster import actor_runtime_env, init_ray
 
 
 @ray.remote(num_cpus=0)
