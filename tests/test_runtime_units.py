@@ -55,3 +55,45 @@ def test_summary_rate_adds_tokens_and_seconds_not_rates():
     ]
     assert tokens_per_second(rows) == pytest.approx(1300 / 3.0)
     assert tokens_per_second([]) == 0.0
+
+
+def test_grader_exceptions_are_counted_and_stop_the_run_past_the_limit():
+    from marin_rl.environments.config import GradingConfig
+    from marin_rl.runtime.trainer_actor import GraderError, check_grader_errors
+
+    cfg = GradingConfig(max_error_rate=0.05, min_graded_for_error_rate=100)
+    check_grader_errors({"graded": 99, "errors": 99}, cfg)  # too few graded to judge
+    check_grader_errors({"graded": 200, "errors": 10}, cfg)  # 5%: at the limit, allowed
+    with pytest.raises(GraderError, match="11 of 200.*env.grading.max_error_rate=0.05"):
+        check_grader_errors({"graded": 200, "errors": 11}, cfg)
+
+
+def test_a_raising_grader_is_incorrect_and_reported(monkeypatch):
+    from marin_rl.verifiers import graders
+
+    monkeypatch.setitem(graders.GRADERS, "boom", lambda response, gold: 1 / 0)
+    assert graders.grade("boom", "x", "y") == (False, "ZeroDivisionError: division by zero")
+    assert graders.grade("gsm8k", "#### 4", "4") == (True, None)
+
+
+def test_tracking_failures_never_stop_a_run(tmp_path, caplog):
+    from marin_rl.runlog.writer import WandbLogger
+
+    class BrokenRun:
+        summary: dict = {}
+
+        def log(self, *args, **kwargs):
+            raise ConnectionError("wandb service lost")
+
+        def finish(self):
+            raise AssertionError("finish must not be called after logging failed")
+
+    tracker = WandbLogger(tmp_path, "disabled", "p", None, "n", {})
+    tracker.run = BrokenRun()
+    with caplog.at_level("WARNING"):
+        tracker.log({"step": 1, "reward/mean": 0.5})
+        tracker.log({"step": 2, "reward/mean": 0.6})  # gave up after the first failure: no second warning
+        tracker.finish({"status": "completed"})
+    assert [r.getMessage() for r in caplog.records].count(
+        "wandb log failed (ConnectionError: wandb service lost); the run goes on without wandb (metrics.jsonl has every row)"
+    ) == 1

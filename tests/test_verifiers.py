@@ -317,3 +317,17 @@ def test_pool_rejects_bad_calls(pool):
     assert pool.grade_many("math", [], []) == []
     with pytest.raises(ValueError, match="timeout_s"):
         GradingPool(timeout_s=0)
+
+
+def test_pool_counts_graded_items_and_logs_the_first_grader_errors(caplog):
+    from marin_rl.verifiers.pool import LOGGED_ERRORS
+
+    with GradingPool(max_workers=1) as pool:
+        assert pool.grade_many("gsm8k", ["#### 1", "#### 2", "no number"], ["1", "1", "1"]) == [True, False, False]
+        assert pool.counts() == {"graded": 3, "timeouts": 0, "crashes": 0, "errors": 0}
+        with caplog.at_level("WARNING", logger="marin_rl.verifiers.pool"):
+            for i in range(LOGGED_ERRORS + 2):  # what the worker's (index, False, error) reply leads to
+                pool._record_error("math", (i, f"response {i}", "gold"), "ValueError: bad LaTeX")
+    assert pool.counts()["errors"] == LOGGED_ERRORS + 2
+    logged = [r.getMessage() for r in caplog.records if "raised" in r.getMessage()]
+    assert len(logged) == LOGGED_ERRORS and "'response 0'" in logged[0] and "ValueError: bad LaTeX" in logged[0]

@@ -130,6 +130,10 @@ class Environment(abc.ABC):
         reward = combine_reward(self.reward_config, correct, format_ok)
         return Score(reward, bool(correct), bool(format_ok), bool(truncated), extracted)
 
+    def grading_pools(self) -> list:
+        """The grading process pools behind this environment (none: it grades in this process)."""
+        return []
+
     def close(self) -> None:
         """Release resources (grading workers). Safe to call more than once."""
         return None

@@ -133,6 +133,10 @@ class GradingConfig(StrictModel):
     workers: int | None = Field(None, gt=0)  # None = every CPU this process may use
     timeout_s: float = Field(5.0, gt=0.0)  # per response; a response past it is graded incorrect
     memory_limit_mb: int | None = Field(4096, gt=0)  # address-space cap per worker (None = no cap)
+    # A grader that raises grades the response incorrect and is counted (grader/errors); past this share of the
+    # responses graded so far, the run stops (a broken grader would otherwise train on silent zeros).
+    max_error_rate: float = Field(0.05, ge=0.0, le=1.0)
+    min_graded_for_error_rate: int = Field(200, ge=1)  # the share is judged once this many responses were graded
 
 
 class DecontamConfig(StrictModel):

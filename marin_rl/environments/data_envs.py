@@ -120,6 +120,9 @@ class DatasetEnvironment(Environment):
     def answer_format(self, response: str) -> tuple[bool, str | None]:
         raise NotImplementedError
 
+    def grading_pools(self) -> list:
+        return [self.pool]
+
     def close(self) -> None:
         self.pool.close()
 

@@ -10,6 +10,17 @@ import threading
 from marin_rl.environments.config import GradingConfig
 from marin_rl.verifiers import GradingPool
 
+GRADING_COUNTS = ("graded", "timeouts", "crashes", "errors")
+
+
+def grading_counts(env) -> dict[str, int]:
+    """Items graded / timed out / crashed / raising in the grader, summed over the environment's grading pools."""
+    totals = dict.fromkeys(GRADING_COUNTS, 0)
+    for pool in env.grading_pools():
+        for key, value in pool.counts().items():
+            totals[key] += value
+    return totals
+
 
 class LazyGradingPool:
     def __init__(self, config: GradingConfig) -> None:
@@ -33,6 +44,12 @@ class LazyGradingPool:
 
     def grade_one(self, kind: str, response: str, gold: str) -> bool:
         return self.get().grade_one(kind, response, gold)
+
+    def counts(self) -> dict[str, int]:
+        """GradingPool.counts, all zero while the pool has not started."""
+        with self._lock:
+            pool = self._pool
+        return pool.counts() if pool is not None else dict.fromkeys(GRADING_COUNTS, 0)
 
     def close(self) -> None:
         with self._lock:

@@ -98,6 +98,11 @@ class MixtureEnvironment(Environment):
                 scores[index] = score
         return scores  # type: ignore[return-value]
 
+    def grading_pools(self) -> list:
+        """Each distinct pool once (components of one run share a pool)."""
+        pools = {id(pool): pool for component in self._components for pool in component.grading_pools()}
+        return list(pools.values())
+
     def close(self) -> None:
         for component in self._components:
             component.close()

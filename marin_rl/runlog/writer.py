@@ -115,16 +115,28 @@ class WandbLogger:
             logger.warning("wandb init failed (%s); continuing without wandb", err)
 
     def log(self, row: dict[str, Any]) -> None:
-        if self.run is not None:
+        if self.run is None:
+            return
+        try:
             self.run.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=int(row["step"]))
+        except Exception as err:  # tracking must not take a run down: say so once, then go on without wandb
+            self._give_up("log", err)
 
     def finish(self, summary: dict[str, Any]) -> None:
-        if self.run is not None:
+        if self.run is None:
+            return
+        try:
             for k, v in flatten_tree(summary).items():
-                if not isinstance(v, (int, float, str, bool)):
-                    continue
-                self.run.summary[k] = v
+                if isinstance(v, (int, float, str, bool)):
+                    self.run.summary[k] = v
             self.run.finish()
+        except Exception as err:
+            self._give_up("finish", err)
+
+    def _give_up(self, what: str, err: Exception) -> None:
+        logger.warning("wandb %s failed (%s: %s); the run goes on without wandb (metrics.jsonl has every row)",
+                       what, type(err).__name__, err)
+        self.run = None
 
 
 def format_summary_table(summary: dict[str, Any]) -> str:

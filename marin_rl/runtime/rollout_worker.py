@@ -24,6 +24,7 @@ from marin_rl.config.seeds import derive_seed, numpy_rng
 from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
 from marin_rl.environments.decontam import decontamination_summary
+from marin_rl.environments.grading import grading_counts
 from marin_rl.inference.graded_sampling import eval_records, sample_and_score, to_rollout
 from marin_rl.inference.sampler import Sampler
 from marin_rl.models.policy import policy_structure
@@ -59,6 +60,7 @@ class RolloutWorker:
         self.version = -1
         self.sampler_lock = threading.Lock()
         self.pull_seconds = 0.0  # spent fetching weights since the last shipped round
+        self.grading_seen = grading_counts(self.env)  # pool counters already reported
 
     # --- weights -------------------------------------------------------------------------------------------
     def _try_pull_weights(self) -> bool:
@@ -121,9 +123,17 @@ class RolloutWorker:
             "sampled_tokens": sum(len(r.response_tokens) for g in groups for r in g.rollouts),
             "sample_seconds": time.monotonic() - t0,
             "weight_pull_seconds": self.pull_seconds,
+            **self._grading_since_last_round(),
         }
         self.pull_seconds = 0.0
         return groups, stats
+
+    def _grading_since_last_round(self) -> dict[str, int]:
+        """grader_graded / grader_timeouts / grader_crashes / grader_errors of this round (pool counters' deltas)."""
+        now = grading_counts(self.env)
+        delta = {f"grader_{key}": now[key] - self.grading_seen[key] for key in now}
+        self.grading_seen = now
+        return delta
 
     def _next_sync_round(self, served_version: int, groups_per_round: int) -> tuple[int, tuple] | None:
         """(groups, stream) of the next sync round: this worker's share of a new version, or extra groups the

@@ -52,6 +52,23 @@ class NaNLossError(RuntimeError):
     """The loss went non-finite; the update was not applied and the last checkpoint is intact."""
 
 
+class GraderError(RuntimeError):
+    """Too many responses made the grader raise: their 'incorrect' grades would be noise, not signal."""
+
+
+GRADER_COUNTS = ("graded", "timeouts", "crashes", "errors")
+
+
+def check_grader_errors(totals: dict[str, int], cfg) -> None:
+    """Raise GraderError once errors / graded > env.grading.max_error_rate (judged after min_graded_for_error_rate)."""
+    if totals["graded"] >= cfg.min_graded_for_error_rate and totals["errors"] > cfg.max_error_rate * totals["graded"]:
+        raise GraderError(
+            f"the grader raised on {totals['errors']} of {totals['graded']} responses, more than "
+            f"env.grading.max_error_rate={cfg.max_error_rate}; the first ones are in the rollout worker's log "
+            "(with their response and gold). Fix the grader or the data, or raise the limit."
+        )
+
+
 def _mean(values: list) -> float:
     return float(np.mean(values)) if values else float("nan")
 
@@ -103,6 +120,7 @@ class TrainerActor:
         self.round_stats: list[dict] = []
         self.stats_lock = threading.Lock()
         self.groups_per_step = s.train.batch_size // s.rollout.n_generations
+        self.grader_totals = dict.fromkeys(GRADER_COUNTS, 0)  # over the whole run (this process's part of it)
 
     @property
     def version(self) -> int:
@@ -234,6 +252,7 @@ class TrainerActor:
         with self.stats_lock:
             rounds, self.round_stats = self.round_stats, []
         staleness_hist = dict(self.buffer.stats.last_staleness)
+        grading = self._account_grading(rounds)
         if prepared.groups:
             row = self._optimizer_step(prepared)
         else:
@@ -252,11 +271,21 @@ class TrainerActor:
             "time/sample_s": sum(st["sample_seconds"] for st in rounds),
             "time/weight_pull_s": sum(st["weight_pull_seconds"] for st in rounds),
             "time/wait_rollouts_s": wait_s,
+            **grading,
         })
         every = self.spec.train.checkpoint_every
         if every and self.version % every == 0:  # on cadence whatever the step did, skipped steps included
             row["checkpoint"] = self.checkpoint()
         return row
+
+    def _account_grading(self, rounds: list[dict]) -> dict[str, int]:
+        """This step's grader counts (grader/errors, ...) added to the run's totals; stop when the share of
+        responses whose grader raised passes env.grading.max_error_rate."""
+        step = {key: sum(st.get(f"grader_{key}", 0) for st in rounds) for key in GRADER_COUNTS}
+        for key, value in step.items():
+            self.grader_totals[key] += value
+        check_grader_errors(self.grader_totals, self.spec.env.grading)
+        return {f"grader/{key}": value for key, value in step.items()}
 
     def _optimizer_step(self, prepared: PreparedBatch) -> dict:
         s = self.spec

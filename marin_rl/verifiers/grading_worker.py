@@ -2,7 +2,7 @@
 
 Protocol over two pipes (multiprocessing `Connection` framing, pickled tuples):
 parent -> worker: (kind, [(index, response, gold), ...]) or None to stop; worker -> parent: "ready" once after
-warm-up, then (index, verdict) for every item in order. A plain subprocess (not multiprocessing's spawn or
+warm-up, then (index, verdict, error) for every item in order (error: None, or the grader's exception as text). A plain subprocess (not multiprocessing's spawn or
 forkserver) so the worker never re-imports the caller's `__main__` (a Ray worker, a Hydra script, pytest).
 
 The parent kills a worker at an item's deadline. As a backstop for when the parent itself dies mid-item (a
@@ -48,7 +48,7 @@ def serve(inbox: Connection, outbox: Connection, memory_limit_mb: int, cpu_limit
         for index, response, gold in items:
             if cpu_limit_s > 0:
                 _limit_cpu_time(cpu_limit_s)
-            outbox.send((index, graders.grade(kind, response, gold)))
+            outbox.send((index, *graders.grade(kind, response, gold)))
 
 
 def main(argv: list[str]) -> None:

@@ -39,6 +39,8 @@ CPU_BACKSTOP_FACTOR = 4
 # Items per message; small enough that a killed worker re-queues little, large enough to amortise the pipe.
 DEFAULT_CHUNK_SIZE = 32
 _WORKER_MODULE = "marin_rl.verifiers.grading_worker"
+LOGGED_ERRORS = 5  # grader exceptions logged in full (with the response and gold) per pool; later ones are counted
+LOGGED_INPUT_CHARS = 200  # of a response or gold in that log line
 
 
 def available_cpus() -> int:
@@ -94,8 +96,10 @@ class GradingPool:
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
+        self.graded = 0  # items graded since the pool started (timeouts and errors included)
         self.timeouts = 0  # items that hit the deadline since the pool started
         self.crashes = 0  # items whose worker died under them
+        self.errors = 0  # items whose grader raised (graded incorrect; the first LOGGED_ERRORS are logged)
 
     # ----------------------------------------------------------------------------------------------- lifecycle
     def _start_worker(self) -> _Worker:
@@ -178,7 +182,9 @@ class GradingPool:
         with self._lock:
             if self._closed:
                 raise GradingPoolError("grade_many called on a closed GradingPool")
-            return self._run(kind, items)
+            verdicts = self._run(kind, items)
+            self.graded += len(items)
+            return verdicts
 
     def _run(self, kind: str, items: list[tuple[int, str, str]]) -> list[bool]:
         verdicts: list[bool | None] = [None] * len(items)
@@ -209,8 +215,10 @@ class GradingPool:
                 if message == "ready":
                     worker.ready = True
                     continue
-                index, verdict = message
+                index, verdict, error = message
                 verdicts[index] = verdict
+                if error is not None:
+                    self._record_error(kind, worker.pending[0], error)
                 worker.pending.popleft()
                 worker.deadline = time.monotonic() + self.timeout_s
             now = time.monotonic()
@@ -220,6 +228,21 @@ class GradingPool:
                 if worker.ready and worker.pending and now > worker.deadline:
                     self._replace(worker, queue, verdicts, reason="timed out")
         return [bool(verdict) for verdict in verdicts]
+
+    def _record_error(self, kind: str, item: tuple[int, str, str], error: str) -> None:
+        """Count a grader exception; log the first few with their input, so a broken grader is seen, not hidden."""
+        self.errors += 1
+        if self.errors <= LOGGED_ERRORS:
+            _, response, gold = item
+            logger.warning(
+                "grader %s raised %s on response %r (gold %r); graded incorrect%s", kind, error,
+                response[:LOGGED_INPUT_CHARS], gold[:LOGGED_INPUT_CHARS],
+                "; later errors are only counted" if self.errors == LOGGED_ERRORS else "",
+            )
+
+    def counts(self) -> dict[str, int]:
+        """Items graded, timed out, crashed and raising since the pool started."""
+        return {"graded": self.graded, "timeouts": self.timeouts, "crashes": self.crashes, "errors": self.errors}
 
     def _assign(self, worker: _Worker, kind: str, chunk: list[tuple[int, str, str]], queue: deque) -> None:
         try:
