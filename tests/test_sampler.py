@@ -321,3 +321,13 @@ def test_qwen_models_logprobs_match_trainer(tok, prompts, family):
     s = Sampler(model, tok, sampler_cfg(), MAX_SEQ_LEN)
     rows = _rows(prompts, s.generate(prompts, 2, temperature=0.7))
     assert max_abs_diff(model, rows, 0.7) < TOL
+
+
+def test_pack_prompts_left_pads_to_a_common_end():
+    from marin_rl.inference.wave import pack_prompts
+
+    packed = pack_prompts([[5, 6, 7], [9]], batch_bucket=4, max_seq_len=6, pad_id=0)
+    assert packed.prompt_end == 3
+    np.testing.assert_array_equal(packed.tokens_BS[:2], [[5, 6, 7, 0, 0, 0], [0, 0, 9, 0, 0, 0]])
+    np.testing.assert_array_equal(packed.pad_B, [0, 2, 2, 2])
+    np.testing.assert_array_equal(packed.done_B, [False, False, True, True])  # bucket fillers never generate

@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from marin_rl.inference import kernels
 from marin_rl.inference.decoder import check_supported, init_cache
-from marin_rl.inference.stops import eos_token_ids, first_stop
+from marin_rl.inference.stops import eos_token_ids
 from marin_rl.inference.types import Completion, SampleRequest
+from marin_rl.inference.wave import WaveProgress, WaveRequest, WaveRows, pack_prompts
 
 if TYPE_CHECKING:
     from marin_rl.config.spec import SamplerConfig
@@ -217,23 +217,17 @@ class Sampler:
         t0 = time.perf_counter()
         generated = 0
         with self._generate_lock:
-            progress = {"chunks": 0, "row_steps": 0, "swaps": 0}
+            progress = WaveProgress()
             for start in range(0, len(rows), self.max_batch):
-                wave = rows[start : start + self.max_batch]
-                last_wave = start + self.max_batch >= len(rows)
-                for (pi, j), comp in zip(
-                    wave,
-                    self._generate_wave(
-                        [prompt_list[pi] for pi, _ in wave],
-                        [pi for pi, _ in wave],
-                        params,
-                        max_new,
-                        key,
-                        on_chunk,
-                        progress,
-                        last_wave,
-                    ),
-                ):
+                wave_rows = rows[start : start + self.max_batch]
+                wave = WaveRequest(
+                    prompts=[prompt_list[pi] for pi, _ in wave_rows],
+                    prompt_index=[pi for pi, _ in wave_rows],
+                    max_new=max_new,
+                    on_chunk=on_chunk,
+                    last=start + self.max_batch >= len(rows),
+                )
+                for (pi, j), comp in zip(wave_rows, self._generate_wave(wave, params, key, progress)):
                     results[pi][j] = comp
                     generated += len(comp.tokens)
         seconds = time.perf_counter() - t0
@@ -241,9 +235,9 @@ class Sampler:
             "tokens": generated,  # response tokens returned
             "seconds": seconds,
             "tokens_per_s": generated / max(seconds, 1e-9),
-            "chunks": progress["chunks"],
-            "swaps": progress["swaps"],  # weight swaps applied between chunks
-            "row_steps": progress["row_steps"],  # decoded rows x decode steps, finished rows included
+            "chunks": progress.chunks,
+            "swaps": progress.swaps,  # weight swaps applied between chunks
+            "row_steps": progress.row_steps,  # decoded rows x decode steps, finished rows included
         }
         return results  # type: ignore[return-value]
 
@@ -281,133 +275,65 @@ class Sampler:
         return out
 
     def _generate_wave(
-        self,
-        prompts: list[list[int]],
-        prompt_index: list[int],
-        params: kernels.DecodeParams,
-        max_new: int,
-        key: jax.Array,
-        on_chunk: Callable[[int], None] | None,
-        progress: dict[str, int],
-        last_wave: bool,
+        self, wave: WaveRequest, params: kernels.DecodeParams, key: jax.Array, progress: WaveProgress,
     ) -> list[Completion]:
-        rows = len(prompts)
-        B = _pow2_bucket(rows, min(MIN_BATCH_BUCKET, self.max_batch), self.max_batch)
-        S = self.max_seq_len
-        P = max(len(p) for p in prompts)  # every prompt ends at slot P-1; generated tokens start at slot P
-        tokens = np.full((B, S), self.pad_id, np.int32)
-        pad = np.full((B,), P - 1, np.int32)
-        done = np.zeros((B,), bool)
-        done[rows:] = True  # bucket filler rows never generate
-        for r, p in enumerate(prompts):
-            tokens[r, P - len(p) : P] = p
-            pad[r] = P - len(p)
-
+        """One wave of <= max_batch rows: prefill, then the device loop of decode chunks with swaps in between."""
+        packed = pack_prompts(wave.prompts, self._batch_bucket(len(wave.prompts)), self.max_seq_len, self.pad_id)
         self._apply_pending_weights()
-        tokens_j, pad_j = jnp.asarray(tokens), jnp.asarray(pad)
-        fill_len = _pow2_bucket(max(P - 1, 1), MIN_FILL_BUCKET, S)
+        B, S = packed.tokens_BS.shape
+        tokens_BS, pad_B = jnp.asarray(packed.tokens_BS), jnp.asarray(packed.pad_B)
+        fill_len = _pow2_bucket(max(packed.prompt_end - 1, 1), MIN_FILL_BUCKET, S)
         cache = self._timed(
-            "prefill",
-            kernels.fill,
-            f"batch={B} length={fill_len}",
-            self._model,
-            tokens_j,
-            pad_j,
-            init_cache(self._model, B, S, self.compute_dtype),
-            length=fill_len,
+            "prefill", kernels.fill, f"batch={B} length={fill_len}", self._model, tokens_BS, pad_B,
+            init_cache(self._model, B, S, self.compute_dtype), length=fill_len,
         )
         state = kernels.DecodeState(
-            tokens=tokens_j,
-            pad=pad_j,
-            cur=jnp.asarray(P - 1, jnp.int32),
-            gen_start=jnp.asarray(P, jnp.int32),
-            done=jnp.asarray(done),
-            cache=cache,
+            tokens=tokens_BS, pad=pad_B, cur=jnp.asarray(packed.prompt_end - 1, jnp.int32),
+            gen_start=jnp.asarray(packed.prompt_end, jnp.int32), done=jnp.asarray(packed.done_B), cache=cache,
         )
-        cur = P - 1
-        chunk = self.cfg.decode_chunk
-        out_toks: list[list[int]] = [[] for _ in range(rows)]
-        out_lp: list[list[float]] = [[] for _ in range(rows)]
-        out_slp: list[list[float]] = [[] for _ in range(rows)]
-        out_ver: list[list[int]] = [[] for _ in range(rows)]
-        reason: list[str | None] = [None] * rows
-        checked = [0] * rows  # tokens already scanned for stop strings
-        decode_text = self._decode_text
-
+        rows = WaveRows(len(wave.prompts), wave.max_new, self.cfg.stop, self._decode_text)
+        cur = packed.prompt_end - 1
         while True:
-            chunk_key = jax.random.fold_in(key, progress["chunks"])
             version = self._version  # weights of this chunk: swaps only happen below, between chunks
             state, out = self._timed(
-                "decode_chunk",
-                kernels.decode_chunk,
-                f"batch={B} slots={S} steps={chunk}",
-                self._model,
-                state,
-                chunk_key,
-                params,
-                num_steps=chunk,
+                "decode_chunk", kernels.decode_chunk, f"batch={B} slots={S} steps={self.cfg.decode_chunk}",
+                self._model, state, jax.random.fold_in(key, progress.chunks), params,
+                num_steps=self.cfg.decode_chunk,
             )
             out = jax.device_get(out)
-            steps = int(state.cur) - cur  # < chunk when every row finished early
+            steps = int(state.cur) - cur  # < decode_chunk when every row finished early
             cur += steps
-            progress["chunks"] += 1
-            progress["row_steps"] += rows * steps
-            newly_done = np.zeros((B,), bool)
-            for r in range(rows):
-                if reason[r] is not None:
-                    continue
-                produced = np.nonzero(out.active[:, r])[0]
-                if len(produced) == 0:
-                    continue
-                out_toks[r].extend(out.tokens[produced, r].tolist())
-                out_lp[r].extend(out.logprobs[produced, r].tolist())
-                out_slp[r].extend(out.sampling_logprobs[produced, r].tolist())
-                out_ver[r].extend([version] * len(produced))
-                cut = first_stop(out_toks[r], checked[r], self.cfg.stop, decode_text)
-                checked[r] = len(out_toks[r])
-                if cut is not None:
-                    for lst in (out_toks[r], out_lp[r], out_slp[r], out_ver[r]):
-                        del lst[cut:]
-                    reason[r] = "stop"
-                    newly_done[r] = True
-                elif out.hit_eos[:, r].any():
-                    reason[r] = "stop"
-                elif len(out_toks[r]) >= max_new:
-                    reason[r] = "length"
-            if all(x is not None for x in reason):
+            progress.chunks += 1
+            progress.row_steps += rows.n * steps
+            stopped_B = rows.absorb(out, version, B)
+            if rows.all_finished:
                 break
-            if newly_done.any():  # stop-string hits: stop decoding those rows on device too
-                state = state._replace(done=state.done | jnp.asarray(newly_done))
-            if on_chunk is not None:
-                on_chunk(progress["chunks"])
-            swapped = self._apply_pending_weights()
-            progress["swaps"] += int(swapped)
-            if swapped and self.kv_on_swap == "recompute":
-                refill_len = _pow2_bucket(cur, MIN_FILL_BUCKET, S)
-                cache = self._timed(
-                    "prefill",
-                    kernels.fill,
-                    f"batch={B} length={refill_len}",
-                    self._model,
-                    state.tokens,
-                    state.pad,
-                    state.cache,
-                    length=refill_len,
-                )
-                state = state._replace(cache=cache)
-        if on_chunk is not None and not last_wave:
-            on_chunk(progress["chunks"])
-        return [
-            Completion(
-                prompt_index=prompt_index[r],
-                tokens=out_toks[r],
-                logprobs=out_lp[r],
-                versions=out_ver[r],
-                finish_reason=reason[r],  # type: ignore[arg-type]
-                sampling_logprobs=out_slp[r],
-            )
-            for r in range(rows)
-        ]
+            if stopped_B.any():  # stop-string hits: stop decoding those rows on device too
+                state = state._replace(done=state.done | jnp.asarray(stopped_B))
+            if wave.on_chunk is not None:
+                wave.on_chunk(progress.chunks)
+            state = self._swap_between_chunks(state, cur, progress)
+        if wave.on_chunk is not None and not wave.last:
+            wave.on_chunk(progress.chunks)
+        return rows.completions(wave.prompt_index)
+
+    def _batch_bucket(self, rows: int) -> int:
+        return _pow2_bucket(rows, min(MIN_BATCH_BUCKET, self.max_batch), self.max_batch)
+
+    def _swap_between_chunks(self, state: kernels.DecodeState, cur: int, progress: WaveProgress):
+        """Apply weights queued by set_weights; with kv_on_swap=recompute, rebuild the cache under them."""
+        if not self._apply_pending_weights():
+            return state
+        progress.swaps += 1
+        if self.kv_on_swap != "recompute":
+            return state
+        B, S = state.tokens.shape
+        refill_len = _pow2_bucket(cur, MIN_FILL_BUCKET, S)
+        cache = self._timed(
+            "prefill", kernels.fill, f"batch={B} length={refill_len}", self._model, state.tokens, state.pad,
+            state.cache, length=refill_len,
+        )
+        return state._replace(cache=cache)
 
     def _decode_text(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
