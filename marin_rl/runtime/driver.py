@@ -186,6 +186,7 @@ class RunDriver:
                 step = row["step"]
                 row["time_s"] = time.monotonic() - self.t0
                 row["rollout/worker_restarts"] = self.worker_restarts
+                row["throughput/tokens_per_second"] = tokens_per_second([row])  # for curves; the summary sums
                 if s.train.eval_every and step % s.train.eval_every == 0 and step < s.train.steps:
                     ev = self._evaluate(step)
                     row.update({f"eval/{k}": v for k, v in ev.items() if isinstance(v, (int, float))})
@@ -195,7 +196,7 @@ class RunDriver:
                 rows_seen.append(row)
                 last_row = row
                 bar.update(1)
-                bar.set_postfix(reward=f"{row['reward/mean']:.3f}", tok_s=f"{tokens_per_second([row]):.0f}",
+                bar.set_postfix(reward=f"{row['reward/mean']:.3f}", tok_s=f"{row['throughput/tokens_per_second']:.0f}",
                                 loss=f"{row.get('loss/total', float('nan')):.4f}")
         finally:
             bar.close()
