@@ -134,8 +134,9 @@ def test_load_sft_jsonl_reports_bad_lines(tmp_path):
     assert [e["response"] for e in examples] == ["2", "hello"] and examples[1]["extra"] == 1
     cases = {
         "{oops": r"sft\.jsonl:2: not valid JSON",
-        json.dumps({"prompt": "x"}): r"sft\.jsonl:2: missing `response`",
-        json.dumps({"prompt": "x", "response": ""}): r"sft\.jsonl:2: `response` must be a non-empty string",
+        json.dumps({"prompt": "x"}): r"sft\.jsonl:2: missing or empty string field\(s\) \['response'\]",
+        json.dumps({"prompt": "x", "response": ""}): r"sft\.jsonl:2: missing or empty string field\(s\) \['response'\]",
+        json.dumps({"response": "y"}): r"sft\.jsonl:2: missing `prompt`",
         json.dumps({"prompt": [{"role": "user"}], "response": "y"}): r"sft\.jsonl:2: every chat message",
         json.dumps(["prompt", "response"]): r"sft\.jsonl:2: expected a JSON object",
     }

@@ -64,6 +64,19 @@ def check_style(style: str) -> None:
         raise ValueError(f"render style must be one of {list(RENDER_STYLES)}, got {style!r}")
 
 
+def first_problems(problems: Sequence[Problem], n: int | None) -> list[Problem]:
+    """The first `n` problems in their fixed order (all when None): how every env serves its held-out set."""
+    return list(problems if n is None else problems[:n])
+
+
+def render_question(question: str, plain_template: str, chat_template: str, style: RenderStyle) -> str | Messages:
+    """The plain prompt, or one user message, filled from the env's templates."""
+    check_style(style)
+    if style == "plain":
+        return fill_template(plain_template, question=question)
+    return [{"role": "user", "content": fill_template(chat_template, question=question)}]
+
+
 class Environment(abc.ABC):
     """One task family. Knows nothing about models, Ray or the trainer."""
 

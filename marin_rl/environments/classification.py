@@ -14,6 +14,7 @@ from marin_rl.environments.base import (
     check_style,
     draw_without_replacement,
     fill_template,
+    first_problems,
     stable_fraction,
 )
 from marin_rl.environments.config import ClassificationComponentConfig
@@ -86,7 +87,7 @@ class ClassificationEnvironment(Environment):
         return draw_without_replacement(self._train, n, rng)
 
     def eval_problems(self, n: int | None = None) -> list[Problem]:
-        return list(self._eval if n is None else self._eval[:n])
+        return first_problems(self._eval, n)
 
     def render(self, problem: Problem, style: RenderStyle = "plain") -> str | Messages:
         check_style(style)

@@ -13,9 +13,9 @@ from marin_rl.environments.base import (
     RenderStyle,
     Score,
     _batch_defaults,
-    check_style,
     draw_without_replacement,
-    fill_template,
+    first_problems,
+    render_question,
 )
 from marin_rl.environments.config import Gsm8kComponentConfig, Math500ComponentConfig
 from marin_rl.environments.data import GSM8K_FORMAT, MATH_FORMAT, Record, load_splits
@@ -83,15 +83,10 @@ class DatasetEnvironment(Environment):
         return draw_without_replacement(self._train, n, rng)
 
     def eval_problems(self, n: int | None = None) -> list[Problem]:
-        return list(self._eval if n is None else self._eval[:n])
+        return first_problems(self._eval, n)
 
     def render(self, problem: Problem, style: RenderStyle = "plain") -> str | Messages:
-        check_style(style)
-        if style == "plain":
-            return fill_template(self.config.plain_template, question=problem.question)
-        return [
-            {"role": "user", "content": fill_template(self.config.chat_template, question=problem.question)}
-        ]
+        return render_question(problem.question, self.config.plain_template, self.config.chat_template, style)
 
     def score_batch(
         self,

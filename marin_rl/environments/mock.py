@@ -9,8 +9,8 @@ from marin_rl.environments.base import (
     Messages,
     Problem,
     RenderStyle,
-    check_style,
-    fill_template,
+    first_problems,
+    render_question,
     stable_fraction,
 )
 from marin_rl.environments.config import MockComponentConfig
@@ -69,15 +69,10 @@ class MockEnvironment(Environment):
         return problems
 
     def eval_problems(self, n: int | None = None) -> list[Problem]:
-        return list(self._eval if n is None else self._eval[:n])
+        return first_problems(self._eval, n)
 
     def render(self, problem: Problem, style: RenderStyle = "plain") -> str | Messages:
-        check_style(style)
-        if style == "plain":
-            return fill_template(self.config.plain_template, question=problem.question)
-        return [
-            {"role": "user", "content": fill_template(self.config.chat_template, question=problem.question)}
-        ]
+        return render_question(problem.question, self.config.plain_template, self.config.chat_template, style)
 
     def judge(self, problem: Problem, response: str) -> tuple[bool, bool, str | None]:
         answer = response.strip()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 from marin_rl.environments.base import Environment, Messages, Problem, RenderStyle
+from marin_rl.environments.data import read_jsonl
 
 KeepMode = Literal["all", "correct", "mixed"]
 KEEP_MODES = ("all", "correct", "mixed")
@@ -151,31 +152,16 @@ def load_sft_jsonl(path: str | Path) -> list[dict]:
     """SFT examples from a JSONL file with `prompt` (text or chat messages) and `response` (text) per line.
 
     Extra fields (reward, correct, env, ...) are kept. Blank lines are skipped; any other bad line raises
-    ValueError naming `path:line` and what is wrong.
+    ValueError naming `path:line` and what is wrong (the line reading is marin_rl.environments.data.read_jsonl).
     """
-    path = Path(path)
-    if not path.is_file():
+    if not Path(path).is_file():
         raise FileNotFoundError(f"no such SFT file: {path}")
     examples = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{where}: not valid JSON ({error.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{where}: expected a JSON object with `prompt` and `response`")
-            for key in ("prompt", "response"):
-                if key not in row:
-                    raise ValueError(f"{where}: missing `{key}`")
-            if not isinstance(row["prompt"], str):
-                _check_messages(row["prompt"], where)
-            if not isinstance(row["response"], str) or not row["response"]:
-                raise ValueError(f"{where}: `response` must be a non-empty string")
-            examples.append(row)
-    if not examples:
-        raise ValueError(f"{path}: no examples (the file is empty)")
+    for line_number, row in read_jsonl(path, required=("response",)):
+        where = f"{path}:{line_number}"
+        if "prompt" not in row:
+            raise ValueError(f"{where}: missing `prompt`")
+        if not isinstance(row["prompt"], str):
+            _check_messages(row["prompt"], where)
+        examples.append(row)
     return examples
