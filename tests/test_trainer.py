@@ -127,3 +127,18 @@ def test_logged_lr_is_the_applied_one_after_a_skipped_step():
     assert int(schedule_count(state.opt_state)) == 1 and int(state.step) == 2
     assert metrics["train/lr"] == pytest.approx(float(trainer.schedule(0))) == OPTIMIZER.lr / 2
     assert float(trainer.schedule(1)) == pytest.approx(OPTIMIZER.lr)  # what the run step would have logged
+
+
+def test_train_step_metrics_describe_the_batch():
+    model, tokenizer, _ = tiny_model()
+    trainer = tiny_trainer(None)
+    batch = arithmetic_batch(tokenizer, seed=4)
+    _, metrics = trainer.train_step(trainer.init_state(model), batch)
+    mask, advantages = np.asarray(batch.loss_mask), np.asarray(batch.advantages)
+    assert metrics["train/tokens"] == mask.sum()
+    assert metrics["train/sequences"] == BATCH  # every row has response tokens
+    # token-weighted mean of the per-answer advantages (+1 right, -1 wrong), as the loss sees them
+    assert metrics["loss/advantage_mean"] == pytest.approx((mask.sum(1) * advantages).sum() / mask.sum(), abs=1e-6)
+    assert metrics["train/lr"] == pytest.approx(float(trainer.schedule(0)))
+    # the sampler log-probs are a uniform sampler's: the gap to the trainer's log-probs is far from 0
+    assert metrics["loss/sampler_trainer_logp_gap"] > 0.1

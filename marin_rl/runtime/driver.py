@@ -113,7 +113,7 @@ class RunDriver:
             remove_placement_group(self.pg)
 
     def _start_loop(self, i: int) -> None:
-        self.loops[i] = self.workers[i].run.remote(self.groups_per_worker[i])
+        self.loops[i] = self.workers[i].run.remote(self.groups_per_worker[i], sum(self.groups_per_worker))
 
     def _check_loops(self) -> None:
         """Restart the loop of any worker whose actor died (Ray restarts the actor itself)."""

@@ -150,12 +150,12 @@ class RolloutWorker:
         # Extra rounds are named by (version, index) alone, so whichever worker claims one draws the same data.
         return n_groups, ("extra", self.version, index)
 
-    def run(self, groups_per_round: int) -> str:
-        """The worker loop; returns when the coordinator says stop."""
+    def run(self, groups_per_round: int, groups_per_step: int) -> str:
+        """The worker loop (this worker's share of a step, and the whole step's groups for back-pressure); returns
+        when the coordinator says stop."""
         import ray
 
         inflight = self.spec.rollout.mode == "inflight"
-        total_per_step = self.spec.train.batch_size // self.spec.rollout.n_generations
         self._wait_for_weights(-1)
         served_version, rounds = -1, 0
         idle_since = time.monotonic()
@@ -169,7 +169,7 @@ class RolloutWorker:
         while not self._should_stop():
             if inflight:
                 self._try_pull_weights()
-                if ray.get(self.trainer.fresh_groups.remote()) >= total_per_step:
+                if ray.get(self.trainer.fresh_groups.remote()) >= groups_per_step:
                     # Back-pressure: one full batch is already waiting. Generating while the trainer trains on
                     # it keeps both busy, and the next weights arrive mid-generation (an in-flight swap).
                     time.sleep(POLL_S)
