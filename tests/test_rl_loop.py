@@ -134,7 +134,9 @@ def test_inflight_run_swaps_weights_and_survives_a_killed_worker(tmp_path):
         # No warm-start: the random policy rarely stops early, so generations are long enough to be overtaken
         # by the next weights.
         *SHORT_RUN, "rollout.mode=inflight", "rollout.max_staleness=1", "train.steps=8", "sampler.decode_chunk=1",
-        "sampler.max_new_tokens=48", "sft.warmstart=false", f"hydra.run.dir={tmp_path}", log=log,
+        "sampler.max_new_tokens=48", "sft.warmstart=false", f"hydra.run.dir={tmp_path}",
+        # the trainer then trains on each batch while the worker samples the next (no waits for extra rounds)
+        "loss.dynamic_sampling.enabled=false", log=log,
     )
     try:
         wait_for(lambda: len(metrics(tmp_path)) >= 2, 400, proc, "two RL steps")

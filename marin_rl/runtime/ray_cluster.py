@@ -46,6 +46,9 @@ def init_ray(spec: RunSpec, run_dir: Path) -> bool:
         ray.init(address=spec.ray.address, namespace=namespace, runtime_env=runtime_env, log_to_driver=True)
     else:
         ray.init(
+            # "local": always a new private instance; without it ray.init joins a cluster that `ray start` left
+            # running on this machine (someone else's, with its own resources and listeners)
+            address="local",
             num_cpus=spec.ray.num_cpus or os.cpu_count(),
             include_dashboard=spec.ray.include_dashboard,
             dashboard_host="127.0.0.1",
