@@ -114,7 +114,8 @@ def test_everything_filtered_inflight_with_two_workers_completes_and_checkpoints
     in-flight run must not stall, both workers share the prompts, and checkpoints still come on cadence."""
     out = launch(
         *SHORT_RUN, "rollout.mode=inflight", "hardware.num_rollout_workers=2", "ray.num_cpus=3", "sft.warmstart=false",
-        "env.components.0.reward.correct=0.0", "train.steps=3", "train.checkpoint_every=1", "train.eval_prompts=4",
+        "env.components.0.reward.correct=0.0", "loss.overlong.penalty=false",  # no length shaping: all rewards 0
+        "train.steps=3", "train.checkpoint_every=1", "train.eval_prompts=4",
         f"hydra.run.dir={tmp_path}",
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -131,10 +132,10 @@ def test_inflight_run_swaps_weights_and_survives_a_killed_worker(tmp_path):
     mid-run: Ray restarts it, it reloads the newest weights, and the run completes every step."""
     log = tmp_path.with_name(tmp_path.name + "-log.txt")  # outside: a run folder must hold nothing else
     proc = start(
-        # No warm-start: the random policy rarely stops early, so generations are long enough to be overtaken
-        # by the next weights.
+        # No warm-start: the random policy rarely stops early, so generations of up to 96 tokens take longer than a
+        # train step and are overtaken by the next weights.
         *SHORT_RUN, "rollout.mode=inflight", "rollout.max_staleness=1", "train.steps=8", "sampler.decode_chunk=1",
-        "sampler.max_new_tokens=48", "sft.warmstart=false", f"hydra.run.dir={tmp_path}",
+        "sampler.max_new_tokens=96", "sft.warmstart=false", f"hydra.run.dir={tmp_path}",
         # the trainer then trains on each batch while the worker samples the next (no waits for extra rounds)
         "loss.dynamic_sampling.enabled=false", log=log,
     )
