@@ -86,6 +86,8 @@ def test_command_line_overrides_beat_the_recipe():
         (["hardware.inference_backend=vllm"], ["hardware.inference_backend", "vllm", "levanter"]),
         (["rollout.mode=bogus"], ["rollout.mode", "bogus", "sync", "inflight"]),
         (["+train.batchsize=3"], ["unknown key", "train.batchsize"]),
+        (["rollout.replay.max_reuse=2"], ["rollout.replay.max_reuse=2", "rollout.mode=sync", "max_reuse=1"]),
+        (["hardware.num_rollout_workers=17"], ["hardware.num_rollout_workers=17", "8 prompts", "<= 8"]),
     ],
 )
 def test_bad_values_name_the_key_and_the_allowed_values(overrides, needles):

@@ -52,3 +52,14 @@ def test_sampling_is_balanced_across_envs():
     buf.add([group("a") for _ in range(6)] + [group("b") for _ in range(2)])
     picked = buf.sample(4, 0, timeout_s=0)
     assert sorted(g.env for g in picked) == ["a", "a", "b", "b"]
+
+
+def test_a_batch_never_draws_the_same_group_twice():
+    """With max_reuse > 1 a used group stays in front; the extra draws of one batch must skip it."""
+    buf = ReplayBuffer(capacity=10, max_reuse=3, max_staleness=10)
+    first, second = group(rewards=(1.0, 0.0)), group(rewards=(0.0, 1.0))
+    buf.add([first, second])
+    drawn = buf.sample(1, 0, timeout_s=0)
+    assert drawn == [first]
+    assert buf.sample(1, 0, timeout_s=0, exclude=drawn) == [second]
+    assert buf.sample(2, 0, timeout_s=0, exclude=drawn) is None  # only one group is not drawn yet

@@ -10,6 +10,7 @@ import pytest
 from marin_rl.config.seeds import derive_seed, numpy_rng
 from marin_rl.runtime.coordinator import Coordinator
 from marin_rl.runtime.driver import groups_for_worker, tokens_per_second
+from marin_rl.runtime.weight_sync import WeightPacket
 
 
 def test_derived_seeds_are_stable_across_processes_and_distinct_per_stream():
@@ -31,15 +32,30 @@ def test_a_restarted_worker_gets_a_new_incarnation():
 
 def test_extra_groups_are_claimed_whole_once_and_indexed_per_version():
     coordinator = Coordinator()
-    assert coordinator.claim_extra_groups(3) is None
+    coordinator.publish_weights(WeightPacket(3, "x", 0))
+    assert coordinator.claim_extra_groups(3, worker_id=0) is None
     coordinator.request_extra_groups(3, 5)
-    assert coordinator.claim_extra_groups(2) is None  # a worker still on older weights gets nothing
-    assert coordinator.claim_extra_groups(3) == (5, 0)
-    assert coordinator.claim_extra_groups(3) is None  # claimed whole, by one worker
+    assert coordinator.claim_extra_groups(2, worker_id=0) is None  # a worker still on older weights gets nothing
+    assert coordinator.claim_extra_groups(3, worker_id=0) == (5, 0)
+    assert coordinator.claim_extra_groups(3, worker_id=1) is None  # claimed whole, by one worker
     coordinator.request_extra_groups(3, 2)
-    assert coordinator.claim_extra_groups(3) == (2, 1)
+    assert coordinator.claim_extra_groups(3, worker_id=1) == (2, 1)
+    coordinator.publish_weights(WeightPacket(4, "x", 0))
     coordinator.request_extra_groups(4, 1)
-    assert coordinator.claim_extra_groups(4) == (1, 0)
+    assert coordinator.claim_extra_groups(4, worker_id=0) == (1, 0)
+
+
+def test_an_extra_round_lost_with_its_worker_goes_back_to_the_queue():
+    coordinator = Coordinator()
+    coordinator.publish_weights(WeightPacket(7, "x", 0))
+    coordinator.register_worker(1)
+    coordinator.request_extra_groups(7, 4)
+    assert coordinator.claim_extra_groups(7, worker_id=1) == (4, 0)
+    assert coordinator.register_worker(1) == 1  # worker 1 died inside the round and came back
+    assert coordinator.claim_extra_groups(7, worker_id=0) == (4, 0)  # the same round, for whoever is free
+    coordinator.publish_weights(WeightPacket(8, "x", 0))
+    assert coordinator.register_worker(0) == 0  # worker 0 restarts after v8: its v7 round is moot, not re-queued
+    assert coordinator.claim_extra_groups(8, worker_id=0) is None and coordinator.claim_extra_groups(7, worker_id=0) is None
 
 
 @pytest.mark.parametrize("groups, workers, shares", [(8, 1, [8]), (8, 3, [3, 3, 2]), (5, 5, [1] * 5), (7, 2, [4, 3])])
@@ -59,7 +75,7 @@ def test_summary_rate_adds_tokens_and_seconds_not_rates():
 
 def test_grader_exceptions_are_counted_and_stop_the_run_past_the_limit():
     from marin_rl.environments.config import GradingConfig
-    from marin_rl.runtime.trainer_actor import GraderError, check_grader_errors
+    from marin_rl.environments.grading import GraderError, check_grader_errors
 
     cfg = GradingConfig(max_error_rate=0.05, min_graded_for_error_rate=100)
     check_grader_errors({"graded": 99, "errors": 99}, cfg)  # too few graded to judge

@@ -136,7 +136,7 @@ class WeightSyncConfig(StrictModel):
 
 
 class ReplayConfig(StrictModel):
-    capacity: int = Field(4096, gt=0)  # rollouts held at most
+    capacity: int = Field(4096, gt=0)  # groups held at most
     max_reuse: int = Field(1, ge=1)  # times one rollout may enter a training batch
 
 
@@ -232,6 +232,11 @@ class RunSpec(StrictModel):
             raise ValueError(
                 f"loss.overlong.buffer_len={self.loss.overlong.buffer_len} exceeds "
                 f"sampler.max_new_tokens={self.sampler.max_new_tokens}; the penalty ramp must fit in the response"
+            )
+        if self.rollout.mode == "sync" and self.rollout.replay.max_reuse > 1:
+            raise ValueError(
+                f"rollout.replay.max_reuse={self.rollout.replay.max_reuse} does nothing in rollout.mode=sync: a group "
+                "is stale one step after it was sampled; allowed: max_reuse=1, or rollout.mode=inflight"
             )
         groups = self.train.batch_size // g
         if groups < self.hardware.num_rollout_workers:

@@ -1,6 +1,9 @@
-"""A grading pool created on first use, so runs that never need it never start worker processes.
+"""The grading pool handle of the environments, and the health of grading.
 
-It stands in for a GradingPool wherever one is accepted (same grade_many / grade_one).
+LazyGradingPool starts its process pool on first use, so runs that never need it never start worker processes; it
+stands in for a GradingPool wherever one is accepted (same grade_many / grade_one). grading_counts sums what an
+environment's pools graded, timed out or saw raise, and check_grader_errors stops a run whose grader raises too often
+(env.grading.max_error_rate): the rollout worker, which owns the environment, runs that check after every round.
 """
 
 from __future__ import annotations
@@ -11,6 +14,20 @@ from marin_rl.environments.config import GradingConfig
 from marin_rl.verifiers import GradingPool
 
 GRADING_COUNTS = ("graded", "timeouts", "crashes", "errors")
+
+
+class GraderError(RuntimeError):
+    """Too many responses made the grader raise: their 'incorrect' grades would be noise, not signal."""
+
+
+def check_grader_errors(totals: dict[str, int], cfg: GradingConfig) -> None:
+    """Raise GraderError once errors / graded > env.grading.max_error_rate (judged after min_graded_for_error_rate)."""
+    if totals["graded"] >= cfg.min_graded_for_error_rate and totals["errors"] > cfg.max_error_rate * totals["graded"]:
+        raise GraderError(
+            f"the grader raised on {totals['errors']} of {totals['graded']} responses, more than "
+            f"env.grading.max_error_rate={cfg.max_error_rate}; the first ones are in the rollout worker's log "
+            "(with their response and gold). Fix the grader or the data, or raise the limit."
+        )
 
 
 def grading_counts(env) -> dict[str, int]:

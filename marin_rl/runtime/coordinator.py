@@ -2,66 +2,56 @@
 
 from __future__ import annotations
 
-import time
-
 from marin_rl.runtime.weight_sync import WeightPacket
+
+ExtraRound = tuple[int, int, int]  # (policy version, groups, index of the extra round within that version)
 
 
 class Coordinator:
     def __init__(self):
         self.packet: WeightPacket | None = None
         self.stop_reason: str | None = None
-        self.heartbeats: dict[int, tuple[float, str]] = {}
-        self.worker_errors: list[str] = []
         self.incarnations: dict[int, int] = {}
-        self.extra_request: tuple[int, int, int] | None = None  # (version, groups, index) not yet claimed
+        self.extra_pending: list[ExtraRound] = []  # requested by the trainer, not yet claimed
+        self.extra_claimed: dict[int, ExtraRound] = {}  # worker -> the extra round it took last
         self.extra_rounds: dict[int, int] = {}  # version -> extra rounds requested so far
 
     def register_worker(self, worker_id: int) -> int:
-        """The worker's incarnation: 0 for its first start, +1 for every restart (it names the worker's streams)."""
+        """The worker's incarnation: 0 for its first start, +1 for every restart (it names the worker's streams).
+
+        A restarted worker may have died inside an extra round: that round goes back to the queue, so the trainer
+        does not wait for groups nobody samples (at worst a round arrives twice; the surplus goes stale)."""
         self.incarnations[worker_id] = self.incarnations.get(worker_id, -1) + 1
+        lost = self.extra_claimed.pop(worker_id, None)
+        if lost is not None and self.packet is not None and lost[0] == self.packet.version:
+            self.extra_pending.append(lost)
         return self.incarnations[worker_id]
 
     def request_extra_groups(self, version: int, n_groups: int) -> None:
         """The trainer wants n_groups more groups sampled with weights `version` (dynamic sampling)."""
         index = self.extra_rounds.get(version, 0)
         self.extra_rounds[version] = index + 1
-        self.extra_request = (version, n_groups, index)
+        self.extra_pending.append((version, n_groups, index))
 
-    def claim_extra_groups(self, version: int) -> tuple[int, int] | None:
-        """(n_groups, index) of the pending extra round for `version`, claimed whole by one worker; else None."""
-        if self.extra_request is None or self.extra_request[0] != version:
-            return None
-        _, n_groups, index = self.extra_request
-        self.extra_request = None
-        return n_groups, index
+    def claim_extra_groups(self, version: int, worker_id: int) -> tuple[int, int] | None:
+        """(n_groups, index) of a pending extra round for `version`, claimed whole by one worker; else None."""
+        for request in self.extra_pending:
+            if request[0] == version:
+                self.extra_pending.remove(request)
+                self.extra_claimed[worker_id] = request
+                return request[1], request[2]
+        return None
 
     def publish_weights(self, packet: WeightPacket) -> None:
         if self.packet is None or packet.version >= self.packet.version:
             self.packet = packet
+            self.extra_pending = [r for r in self.extra_pending if r[0] >= packet.version]  # older ones are moot
 
     def weights_newer_than(self, version: int) -> WeightPacket | None:
         return self.packet if self.packet is not None and self.packet.version > version else None
-
-    def latest_version(self) -> int:
-        return -1 if self.packet is None else self.packet.version
 
     def request_stop(self, reason: str) -> None:
         self.stop_reason = self.stop_reason or reason
 
     def should_stop(self) -> bool:
         return self.stop_reason is not None
-
-    def heartbeat(self, worker_id: int, status: str) -> None:
-        self.heartbeats[worker_id] = (time.time(), status)
-
-    def report_error(self, message: str) -> None:
-        self.worker_errors.append(message)
-
-    def state(self) -> dict:
-        return {
-            "version": self.latest_version(),
-            "stop_reason": self.stop_reason,
-            "heartbeats": {k: {"age_s": time.time() - t, "status": s} for k, (t, s) in self.heartbeats.items()},
-            "worker_errors": list(self.worker_errors[-5:]),
-        }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from marin_rl.rollouts import RolloutGroup, staleness
@@ -58,31 +59,32 @@ class ReplayBuffer:
             self._by_env[oldest_env].popleft()
             self.stats.evicted += 1
 
-    def drop_stale(self, trainer_version: int) -> int:
-        """Remove groups too old to train on at `trainer_version`; returns how many were dropped."""
-        with self._lock:
-            return self._drop_stale_locked(trainer_version)
-
     def available(self, trainer_version: int) -> int:
         with self._lock:
             return self._count_fresh(trainer_version)
 
-    def sample(self, n_groups: int, trainer_version: int, timeout_s: float | None = None) -> list[RolloutGroup] | None:
-        """Take `n_groups` fresh groups, balanced across envs; waits up to `timeout_s` for them (None if short)."""
+    def sample(
+        self, n_groups: int, trainer_version: int, timeout_s: float | None = None, exclude: Collection = ()
+    ) -> list[RolloutGroup] | None:
+        """Take `n_groups` fresh groups, balanced across envs, none of them in `exclude` (what this batch already
+        drew: with max_reuse > 1 a used group stays in front); waits up to `timeout_s` (None if short)."""
+        excluded = {id(g) for g in exclude}
         with self._lock:
-            ok = self._lock.wait_for(lambda: self._count_fresh(trainer_version) >= n_groups, timeout=timeout_s)
+            ok = self._lock.wait_for(
+                lambda: self._count_fresh(trainer_version, excluded) >= n_groups, timeout=timeout_s
+            )
             self._drop_stale_locked(trainer_version)
-            if not ok and self._count_fresh(trainer_version) < n_groups:
+            if not ok and self._count_fresh(trainer_version, excluded) < n_groups:
                 return None
             picked: list[_Entry] = []
             envs = sorted(self._by_env)
+            candidates = {env: [e for e in self._by_env[env] if id(e.group) not in excluded] for env in envs}
             cursor = {env: 0 for env in envs}
             while len(picked) < n_groups:
                 progressed = False
                 for env in envs:
-                    q = self._by_env[env]
-                    if cursor[env] < len(q) and len(picked) < n_groups:
-                        picked.append(q[cursor[env]])
+                    if cursor[env] < len(candidates[env]) and len(picked) < n_groups:
+                        picked.append(candidates[env][cursor[env]])
                         cursor[env] += 1
                         progressed = True
                 if not progressed:
@@ -95,9 +97,10 @@ class ReplayBuffer:
             self.stats.sampled += len(picked)
             return [e.group for e in picked]
 
-    def _count_fresh(self, trainer_version: int) -> int:
+    def _count_fresh(self, trainer_version: int, excluded: Collection[int] = ()) -> int:
         return sum(
-            1 for q in self._by_env.values() for e in q if staleness(e.group, trainer_version) <= self.max_staleness
+            1 for q in self._by_env.values() for e in q
+            if staleness(e.group, trainer_version) <= self.max_staleness and id(e.group) not in excluded
         )
 
     def _drop_stale_locked(self, trainer_version: int) -> int:

@@ -24,9 +24,10 @@ from marin_rl.config.seeds import derive_seed, numpy_rng
 from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
 from marin_rl.environments.decontam import decontamination_summary
-from marin_rl.environments.grading import grading_counts
+from marin_rl.environments.grading import check_grader_errors, grading_counts
 from marin_rl.inference.graded_sampling import eval_records, sample_and_score, to_rollout
 from marin_rl.inference.sampler import Sampler
+from marin_rl.models.arrays import resolve_dtype
 from marin_rl.models.policy import policy_structure
 from marin_rl.rollouts import RolloutGroup
 from marin_rl.runtime.weight_sync import WeightSyncError, arrays_into_model, make_channel
@@ -74,7 +75,8 @@ class RolloutWorker:
         model = arrays_into_model(self.structure, arrays)
         if self.sampler is None:
             self.sampler = Sampler(
-                model, self.tokenizer, self.spec.sampler, self.spec.model.max_seq_len, version=packet.version
+                model, self.tokenizer, self.spec.sampler, self.spec.model.max_seq_len, version=packet.version,
+                compute_dtype=resolve_dtype(self.spec.hardware.compute_dtype),
             )
         else:
             self.sampler.set_weights(model, packet.version)
@@ -82,20 +84,23 @@ class RolloutWorker:
         self.pull_seconds += time.monotonic() - t0
         return True
 
-    def _wait_for_weights(self, newer_than: int) -> None:
-        deadline = time.monotonic() + self.spec.rollout.weight_sync.timeout_s
+    def _wait_for_weights(self, newer_than: int, until_stop: bool = True) -> None:
+        """Pull until weights newer than `newer_than` arrive (or, with until_stop, the run stops)."""
+        deadline = time.monotonic() + self.spec.rollout.watchdog_timeout_s
         while self.version <= newer_than:
-            if self._should_stop():
+            if until_stop and self._should_stop():
                 return
             if not self._try_pull_weights():
                 self._check_deadline(deadline, f"no weights newer than v{newer_than}")
                 time.sleep(POLL_S)
 
     def _check_deadline(self, deadline: float, what: str) -> None:
+        # The watchdog's limit, not weight_sync.timeout_s: a sync worker legitimately idles through compiles,
+        # checkpoints and evaluations, and the trainer's own watchdog reports real stalls.
         if time.monotonic() > deadline:
             raise WeightSyncError(
-                f"worker {self.worker_id}: {what} within {self.spec.rollout.weight_sync.timeout_s}s "
-                "(rollout.weight_sync.timeout_s)"
+                f"worker {self.worker_id}: {what} within {self.spec.rollout.watchdog_timeout_s}s "
+                "(rollout.watchdog_timeout_s)"
             )
 
     def _should_stop(self) -> bool:
@@ -107,8 +112,8 @@ class RolloutWorker:
     def sample_groups(self, n_groups: int, stream: tuple, on_chunk=None) -> tuple[list[RolloutGroup], dict]:
         """n_groups prompts x rollout.n_generations responses, graded; prompts and sampling key from `stream`."""
         seed = self.spec.seed
-        t0 = time.monotonic()
         with self.sampler_lock:
+            t0 = time.monotonic()  # inside the lock: time waiting for an evaluation is not sampling time
             problems = self.env.sample(n_groups, numpy_rng(seed, "rollout-data", *stream))
             self.sampler.reseed(derive_seed(seed, "rollout-sampling", *stream))
             samples = sample_and_score(
@@ -125,6 +130,7 @@ class RolloutWorker:
             "weight_pull_seconds": self.pull_seconds,
             **self._grading_since_last_round(),
         }
+        check_grader_errors(self.grading_seen, self.spec.env.grading)
         self.pull_seconds = 0.0
         return groups, stats
 
@@ -143,7 +149,7 @@ class RolloutWorker:
         self._try_pull_weights()
         if self.version > served_version:
             return groups_per_round, ("sync", self.worker_id, self.incarnation, self.version)
-        claim = ray.get(self.coordinator.claim_extra_groups.remote(self.version))
+        claim = ray.get(self.coordinator.claim_extra_groups.remote(self.version, self.worker_id))
         if claim is None:
             return None
         n_groups, index = claim
@@ -168,7 +174,7 @@ class RolloutWorker:
 
         while not self._should_stop():
             if inflight:
-                self._try_pull_weights()
+                swap_between_chunks(0)
                 if ray.get(self.trainer.fresh_groups.remote()) >= groups_per_step:
                     # Back-pressure: one full batch is already waiting. Generating while the trainer trains on
                     # it keeps both busy, and the next weights arrive mid-generation (an in-flight swap).
@@ -183,7 +189,6 @@ class RolloutWorker:
                     time.sleep(POLL_S)
                     continue
             served_version = self.version
-            self.coordinator.heartbeat.remote(self.worker_id, f"sampling v{self.version}")
             groups, stats = self.sample_groups(*work, on_chunk=swap_between_chunks if inflight else None)
             ray.get(self.trainer.add_rollouts.remote(groups, stats))
             rounds += 1
@@ -197,15 +202,19 @@ class RolloutWorker:
 
     def evaluate(self, n_prompts: int, n_samples: int, min_version: int) -> dict:
         """Sample the held-out problems with weights of at least `min_version`; per-sample records + version."""
-        self._wait_for_weights(min_version - 1)
+        self._wait_for_weights(min_version - 1, until_stop=False)  # the final eval runs after the stop request
         problems = self.env.eval_problems(n_prompts)
         s = self.spec.sampler
         with self.sampler_lock:
             self.sampler.reseed(derive_seed(self.spec.seed, "eval", self.version))
+            before = grading_counts(self.env)
             samples = sample_and_score(
                 self.sampler, self.env, problems, self.tokenizer, self.spec.model, n_samples,
                 temperature=s.eval_temperature, max_new_tokens=s.eval_max_new_tokens,
             )
+            # evaluation grading is not a training round's: keep it out of the next round's grader_* counts
+            after = grading_counts(self.env)
+            self.grading_seen = {k: v + after[k] - before[k] for k, v in self.grading_seen.items()}
         return {"version": self.version, "records": eval_records(samples)}
 
     def ping(self) -> int:

@@ -23,7 +23,7 @@ from marin_rl.config.seeds import derive_seed, jax_key
 from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
 from marin_rl.models.policy import build_policy
-from marin_rl.rollouts import RolloutGroup
+from marin_rl.rollouts import RolloutGroup, staleness
 from marin_rl.runlog.writer import WALL_BEFORE_RESUME
 from marin_rl.runtime.replay_buffer import ReplayBuffer
 from marin_rl.runtime.weight_sync import make_channel, model_to_arrays
@@ -52,21 +52,7 @@ class NaNLossError(RuntimeError):
     """The loss went non-finite; the update was not applied and the last checkpoint is intact."""
 
 
-class GraderError(RuntimeError):
-    """Too many responses made the grader raise: their 'incorrect' grades would be noise, not signal."""
-
-
-GRADER_COUNTS = ("graded", "timeouts", "crashes", "errors")
-
-
-def check_grader_errors(totals: dict[str, int], cfg) -> None:
-    """Raise GraderError once errors / graded > env.grading.max_error_rate (judged after min_graded_for_error_rate)."""
-    if totals["graded"] >= cfg.min_graded_for_error_rate and totals["errors"] > cfg.max_error_rate * totals["graded"]:
-        raise GraderError(
-            f"the grader raised on {totals['errors']} of {totals['graded']} responses, more than "
-            f"env.grading.max_error_rate={cfg.max_error_rate}; the first ones are in the rollout worker's log "
-            "(with their response and gold). Fix the grader or the data, or raise the limit."
-        )
+GRADER_COUNTS = ("graded", "timeouts", "crashes", "errors")  # per-round counts a worker ships as grader_*
 
 
 def _mean(values: list) -> float:
@@ -120,7 +106,6 @@ class TrainerActor:
         self.round_stats: list[dict] = []
         self.stats_lock = threading.Lock()
         self.groups_per_step = s.train.batch_size // s.rollout.n_generations
-        self.grader_totals = dict.fromkeys(GRADER_COUNTS, 0)  # over the whole run (this process's part of it)
 
     @property
     def version(self) -> int:
@@ -145,17 +130,23 @@ class TrainerActor:
 
     def _reference_model(self, resumed_from: str | None) -> Any:
         """KL is measured against the policy RL started from (after any warm-start), also after a resume: it is
-        saved once at the start and read back, never replaced by the restored policy."""
-        path = self.run_dir / REFERENCE_DIR
+        saved once at the start and read back, never replaced by the restored policy. A run resumed from another
+        folder (resume=<path>) reads that run's reference and keeps a copy in its own folder."""
+        own = self.run_dir / REFERENCE_DIR
         if resumed_from is None:
-            save_checkpoint(path, self.state, {"role": "KL reference"}, model_config=self.spec.model)
+            save_checkpoint(own, self.state, {"role": "KL reference"}, model_config=self.spec.model)
             return self.state.model
-        if not path.exists():
+        source = own if self.spec.resume == "auto" else Path(self.spec.resume) / REFERENCE_DIR
+        if not source.exists():
             raise FileNotFoundError(
-                f"loss.kl.coef={self.spec.loss.kl.coef} > 0 but the KL reference {path} is missing; "
+                f"loss.kl.coef={self.spec.loss.kl.coef} > 0 but the KL reference {source} is missing; "
                 "the run cannot resume without the policy it started from"
             )
-        return restore_model(path, self.state.model)
+        reference = restore_model(source, self.state.model)
+        if source != own:
+            save_checkpoint(own, eqx.tree_at(lambda st: st.model, self.state, reference), {"role": "KL reference"},
+                            model_config=self.spec.model)
+        return reference
 
     def _checkpoint_to_resume(self) -> Path | None:
         resume = self.spec.resume
@@ -205,17 +196,18 @@ class TrainerActor:
 
     # --- rollouts in -----------------------------------------------------------------------------------------
     def add_rollouts(self, groups: list[RolloutGroup], stats: dict) -> None:
-        self.buffer.add(groups)
-        with self.stats_lock:
+        with self.stats_lock:  # first: a step woken by the groups must find their round's stats
             self.round_stats.append(stats)
+        self.buffer.add(groups)
 
     def fresh_groups(self) -> int:
         return self.buffer.available(self.version)
 
-    def _take_groups(self, n_groups: int, deadline: float) -> list[RolloutGroup]:
-        """n_groups fresh-enough groups from the buffer (sync: sampled with this version's weights)."""
+    def _take_groups(self, n_groups: int, deadline: float, drawn: list[RolloutGroup]) -> list[RolloutGroup]:
+        """n_groups fresh-enough groups from the buffer (sync: sampled with this version's weights), none of them
+        already `drawn` for this batch."""
         while True:
-            groups = self.buffer.sample(n_groups, self.version, timeout_s=0.05)
+            groups = self.buffer.sample(n_groups, self.version, timeout_s=0.05, exclude=drawn)
             if groups:
                 return groups
             if time.monotonic() > deadline:
@@ -232,13 +224,13 @@ class TrainerActor:
 
         s = self.spec
         deadline = time.monotonic() + timeout_s
-        drawn = self._take_groups(self.groups_per_step, deadline)
+        drawn = self._take_groups(self.groups_per_step, deadline, [])
         prepared = prepare_batch(drawn, s.loss, s.sampler.max_new_tokens, self.groups_per_step)
         while prepared.accounting.needs_more(s.loss.dynamic_sampling):
             extra = prepared.accounting.prompts_for_next_round()
             if s.rollout.mode == "sync":
                 ray.get(self.coordinator.request_extra_groups.remote(self.version, extra))
-            drawn += self._take_groups(extra, deadline)
+            drawn += self._take_groups(extra, deadline, drawn)
             prepared = prepare_batch(
                 drawn, s.loss, s.sampler.max_new_tokens, self.groups_per_step, prepared.accounting.rounds + 1
             )
@@ -251,8 +243,9 @@ class TrainerActor:
         wait_s = time.monotonic() - t_wait
         with self.stats_lock:
             rounds, self.round_stats = self.round_stats, []
-        staleness_hist = dict(self.buffer.stats.last_staleness)
-        grading = self._account_grading(rounds)
+        staleness_hist = Counter(staleness(g, self.version) for g in drawn)  # every draw of the batch
+        buffer_size = len(self.buffer)  # before publishing: the next round may arrive right after
+        grading = self._grading_metrics(rounds)
         if prepared.groups:
             row = self._optimizer_step(prepared)
         else:
@@ -266,7 +259,7 @@ class TrainerActor:
             "replay/max_staleness_used": max(staleness_hist, default=0),
             "replay/staleness_hist": {str(k): v for k, v in sorted(staleness_hist.items())},
             "replay/dropped_stale": self.buffer.stats.dropped_stale * self.spec.rollout.n_generations,
-            "replay/buffer_size": len(self.buffer),
+            "replay/buffer_size": buffer_size,
             "throughput/sampled_tokens": sum(st["sampled_tokens"] for st in rounds),
             "time/sample_s": sum(st["sample_seconds"] for st in rounds),
             "time/weight_pull_s": sum(st["weight_pull_seconds"] for st in rounds),
@@ -278,14 +271,10 @@ class TrainerActor:
             row["checkpoint"] = self.checkpoint()
         return row
 
-    def _account_grading(self, rounds: list[dict]) -> dict[str, int]:
-        """This step's grader counts (grader/errors, ...) added to the run's totals; stop when the share of
-        responses whose grader raised passes env.grading.max_error_rate."""
-        step = {key: sum(st.get(f"grader_{key}", 0) for st in rounds) for key in GRADER_COUNTS}
-        for key, value in step.items():
-            self.grader_totals[key] += value
-        check_grader_errors(self.grader_totals, self.spec.env.grading)
-        return {f"grader/{key}": value for key, value in step.items()}
+    @staticmethod
+    def _grading_metrics(rounds: list[dict]) -> dict[str, int]:
+        """This step's grader counts (grader/graded, /timeouts, /crashes, /errors) over the rounds it consumed."""
+        return {f"grader/{key}": sum(st.get(f"grader_{key}", 0) for st in rounds) for key in GRADER_COUNTS}
 
     def _optimizer_step(self, prepared: PreparedBatch) -> dict:
         s = self.spec
@@ -325,9 +314,3 @@ class TrainerActor:
         """
         self.state = eqx.tree_at(lambda st: st.step, self.state, self.state.step + 1)
         return {"train/skipped": 1, "time/weight_publish_s": self.publish()}
-
-    def get_step(self) -> int:
-        return self.version
-
-    def staleness_counter(self) -> Counter:
-        return self.buffer.stats.last_staleness
