@@ -93,12 +93,29 @@ class ActorResources(StrictModel):
     resources: dict[str, float] = {}
 
 
+class MeshConfig(StrictModel):
+    """Sizes of a (data, fsdp, model) device mesh (training/mesh.py); -1 = the devices the other axes leave."""
+
+    data: int = 1  # pure data parallel: parameters replicated, batch split
+    fsdp: int = -1  # parameters + optimizer state sharded along "embed", batch split
+    model: int = 1  # tensor parallel: attention heads, MLP width, vocabulary split
+
+    @model_validator(mode="after")
+    def _sizes(self) -> "MeshConfig":
+        sizes = self.model_dump()
+        bad = {k: v for k, v in sizes.items() if v == 0 or v < -1}
+        if bad:
+            raise ValueError(f"mesh axis sizes must be >= 1 or -1 (the rest), got {bad}")
+        if list(sizes.values()).count(-1) > 1:
+            raise ValueError(f"at most one mesh axis may be -1 (the rest), got {sizes}")
+        return self
+
+
 class HardwareConfig(StrictModel):
     name: str
     accelerator: Literal["cpu", "gpu", "tpu"]
     num_rollout_workers: int = Field(1, ge=1)
-    devices_per_trainer: int = Field(1, ge=1)
-    devices_per_rollout_worker: int = Field(1, ge=1)
+    trainer_mesh: MeshConfig = MeshConfig()
     trainer_resources: ActorResources = ActorResources()
     rollout_resources: ActorResources = ActorResources()
     inference_backend: Literal["levanter", "vllm", "tpu_inference"] = "levanter"

@@ -114,7 +114,7 @@ class TrainerActor:
         resumed_from = None
         ckpt = self._checkpoint_to_resume()
         if ckpt is not None:
-            self.state, self.extra = restore_checkpoint(ckpt, self.state)
+            self.state, self.extra = restore_checkpoint(ckpt, self.state, mesh=self.trainer.mesh)
             self.wall_before_resume = float(self.extra.get(WALL_BEFORE_RESUME, 0.0))
             resumed_from = str(ckpt)
             logger.info("resumed from %s at step %d", ckpt, self.version)
@@ -137,7 +137,7 @@ class TrainerActor:
                 f"loss.kl.coef={self.spec.loss.kl.coef} > 0 but the KL reference {path} is missing; "
                 "the run cannot resume without the policy it started from"
             )
-        return restore_model(path, self.state.model)
+        return restore_model(path, self.state.model, mesh=self.trainer.mesh)
 
     def _checkpoint_to_resume(self) -> Path | None:
         resume = self.spec.resume
