@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from marin_rl.config.spec import HardwareConfig, MeshConfig, TrainConfig
+from marin_rl.models.hf_io import export_hf, import_hf
 from marin_rl.objectives import LossConfig
 from marin_rl.training import checkpoint as ckpt
 from marin_rl.training.mesh import device_bytes, mesh_sizes
@@ -100,6 +101,12 @@ def reshard(tmp: str) -> dict:
     s8_next, m8 = t8.train_step(s8, arithmetic_batch(tokenizer, 2))
     s1_next, m1 = t1.train_step(s1, arithmetic_batch(tokenizer, 2))
 
+    # HF export straight from the 8-device sharded policy, read back on one device
+    hf_dir = export_hf(s8.model, tokenizer, f"{tmp}/hf")
+    hf_equal = all(
+        np.array_equal(a, b) for a, b in zip(leaves(import_hf(hf_dir)), leaves(s8.model), strict=True)
+    )
+
     def device_counts(state):
         return sorted({len(x.devices()) for x in jax.tree.leaves(state.model)})
 
@@ -109,6 +116,7 @@ def reshard(tmp: str) -> dict:
         "equal_8_2": all(np.array_equal(a, b) for a, b in zip(leaves(s8), leaves(s2), strict=True)),
         "equal_8_1": all(np.array_equal(a, b) for a, b in zip(leaves(s8), leaves(s1), strict=True)),
         "step": int(s1.step),
+        "hf_export_equal": hf_equal,
         "embed_sharding_2": str(s2.model.embeddings.token_embeddings.weight.array.sharding.spec),
         "next_loss": [m8["loss/total"], m1["loss/total"]],
         "next_param_max_abs_diff": max_abs_diff(s8_next.model, s1_next.model),

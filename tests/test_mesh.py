@@ -60,6 +60,7 @@ def test_checkpoint_reshards_8_to_2_to_1_devices(mesh_results):
     assert r["devices"] == {"8": [8], "2": [2], "1": [1]}
     assert r["equal_8_2"] and r["equal_8_1"]  # every leaf (params, Adam moments, step, key) bit-identical
     assert r["extra2"] == {"from": 8} and r["step"] == 1
+    assert r["hf_export_equal"]  # HF export of the 8-device sharded policy reads back bit-identical
     assert r["embed_sharding_2"] == "P('model', 'fsdp')"  # restored sharded, not replicated
     assert abs(r["next_loss"][0] - r["next_loss"][1]) <= 1e-5
     assert r["next_param_max_abs_diff"] <= 1e-5
