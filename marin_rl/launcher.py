@@ -92,9 +92,23 @@ def run_from_hydra(cfg: DictConfig) -> float | None:
 
     if spec.mode == "rl":
         warn_if_greedy(spec.sampler.temperature, spec.sampler.top_k, spec.sampler.greedy, context="training")
+    memory = None
+    if spec.mode == "rl":  # trainer + sampler on their devices: refuse a plan that cannot fit before anything starts
+        from marin_rl.config.memory import check_memory_plan, format_memory_plan, memory_plan
+
+        memory = memory_plan(spec)
     if spec.dry_run:
         print(yaml.safe_dump({"spec": spec.model_dump(mode="json")}, sort_keys=False))
         print(format_plan(actor_plan(spec)))
+        if memory is not None:
+            print(format_memory_plan(memory))
+    if memory is not None:
+        try:
+            check_memory_plan(memory)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+    if spec.dry_run:
         if previous_run_entries(run_dir):  # never overwrite the spec.yaml of a run that lives there
             print(f"dry run: config is valid; {run_dir} holds a run, so no spec was written; nothing started.")
         else:

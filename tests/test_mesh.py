@@ -69,7 +69,7 @@ def test_checkpoint_reshards_8_to_2_to_1_devices(mesh_results):
 def test_mesh_sizes_resolve_the_rest_and_refuse_too_many_devices():
     assert resolve_mesh_shape({"data": 2, "fsdp": -1, "model": 2}, 8) == {"data": 2, "fsdp": 2, "model": 2}
     assert resolve_mesh_shape({"data": 1, "fsdp": 2, "model": 1}, 8) == {"data": 1, "fsdp": 2, "model": 1}
-    with pytest.raises(ValueError, match="hardware.trainer_mesh.*needs 16 devices"):
+    with pytest.raises(ValueError, match="hardware.trainer_mesh.*needs 16 devices but the actor has 8"):
         resolve_mesh_shape({"data": 2, "fsdp": 4, "model": 2}, 8)
     with pytest.raises(ValueError, match="not divisible"):
         resolve_mesh_shape({"data": 3, "fsdp": -1, "model": 1}, 8)

@@ -59,8 +59,8 @@ def resolve_mesh_shape(mesh_cfg: Mapping[str, int], n_devices: int, key: str = "
     total = math.prod(sizes.values())
     if total > n_devices:
         raise ValueError(
-            f"{key}={dict(mesh_cfg)} needs {total} devices but only {n_devices} are visible "
-            f"({jax.default_backend()}); shrink the mesh or give the actor more devices (hardware.*_resources)"
+            f"{key}={dict(mesh_cfg)} needs {total} devices but the actor has {n_devices}; shrink the mesh or give "
+            "the actor more devices (hardware.trainer_resources)"
         )
     return sizes
 
