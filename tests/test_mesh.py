@@ -75,3 +75,13 @@ def test_mesh_sizes_resolve_the_rest_and_refuse_too_many_devices():
         resolve_mesh_shape({"data": 3, "fsdp": -1, "model": 1}, 8)
     with pytest.raises(ValueError, match="at most one mesh axis may be -1"):
         HardwareConfig(name="x", accelerator="cpu", trainer_mesh=MeshConfig(data=-1, fsdp=-1))
+
+
+def test_spans_hosts_reads_jax_and_cloud_tpu_environments():
+    from marin_rl.training.multihost import spans_hosts
+
+    assert not spans_hosts({})
+    assert not spans_hosts({"TPU_WORKER_HOSTNAMES": "t1v-0"})  # one v5p-8 host: single process
+    assert spans_hosts({"TPU_WORKER_HOSTNAMES": "t1v-0,t1v-1"})
+    assert spans_hosts({"JAX_COORDINATOR_ADDRESS": "10.0.0.2:1234", "JAX_NUM_PROCESSES": "2"})
+    assert not spans_hosts({"JAX_COORDINATOR_ADDRESS": "10.0.0.2:1234", "JAX_NUM_PROCESSES": "1"})

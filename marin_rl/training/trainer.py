@@ -25,6 +25,7 @@ import optax
 from marin_rl.config.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
 from marin_rl.models.arrays import cast_floating, resolve_dtype
 from marin_rl.training import mesh as meshes
+from marin_rl.training.multihost import global_array
 from marin_rl.objectives import LossConfig, batch_normalizer, policy_loss
 from marin_rl.training.logprobs import token_stats
 
@@ -229,8 +230,8 @@ class Trainer:
         return meshes.shard_params(state, self.mesh)
 
     def place_batch(self, batch: TrainBatch) -> TrainBatch:
-        """Rows of the batch split over the mesh's data x fsdp devices."""
-        return jax.tree.map(lambda x: jax.device_put(x, meshes.batch_sharding(self.mesh, x.ndim)), batch)
+        """Rows of the batch split over the mesh's data x fsdp devices (a global array: also across hosts)."""
+        return jax.tree.map(lambda x: global_array(x, meshes.batch_sharding(self.mesh, x.ndim)), batch)
 
     # ---- log-probs -------------------------------------------------------------------------------------------
     def _logprobs_impl(self, model, tokens):
@@ -242,7 +243,7 @@ class Trainer:
         """Trainer-side log-probs f32[B, S] at the sampler temperature (e.g. reference or recompute passes)."""
         tokens = jnp.asarray(tokens, jnp.int32)
         if tokens.shape[0] % meshes.batch_split(self.mesh) == 0:
-            tokens = jax.device_put(tokens, meshes.batch_sharding(self.mesh, tokens.ndim))
+            tokens = global_array(tokens, meshes.batch_sharding(self.mesh, tokens.ndim))
         with meshes.compute_scope(self.mesh):
             return self._logprobs(meshes.shard_params(model, self.mesh), tokens)
 
