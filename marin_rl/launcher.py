@@ -92,18 +92,16 @@ def run_from_hydra(cfg: DictConfig) -> float | None:
 
     if spec.mode == "rl":
         warn_if_greedy(spec.sampler.temperature, spec.sampler.top_k, spec.sampler.greedy, context="training")
-    memory = None
-    if spec.mode == "rl":  # trainer + sampler on their devices: refuse a plan that cannot fit before anything starts
-        from marin_rl.config.memory import check_memory_plan, format_memory_plan, memory_plan
-
-        memory = memory_plan(spec)
     if spec.dry_run:
         print(yaml.safe_dump({"spec": spec.model_dump(mode="json")}, sort_keys=False))
         print(format_plan(actor_plan(spec)))
-        if memory is not None:
-            print(format_memory_plan(memory))
-    if memory is not None:
+    if spec.mode == "rl":  # trainer + sampler on their devices: refuse a plan that cannot fit before anything starts
+        from marin_rl.config.memory import check_memory_plan, format_memory_plan, memory_plan
+
         try:
+            memory = memory_plan(spec)
+            if spec.dry_run:
+                print(format_memory_plan(memory))
             check_memory_plan(memory)
         except ValueError as err:
             print(f"error: {err}", file=sys.stderr)

@@ -81,3 +81,25 @@ def test_mesh_that_does_not_divide_a_model_axis_is_refused():
 def test_plan_refuses_a_mesh_larger_than_the_trainer_resources():
     with pytest.raises(ValueError, match="needs 4 devices but the actor has 1"):
         memory_plan(tiny_spec())  # hardware=cpu asks Ray for no accelerator: one device
+
+
+def test_dry_run_prints_the_plan_and_refuses_one_that_does_not_fit(tmp_path):
+    import subprocess
+    import sys
+
+    from spec_helpers import ROOT
+
+    def dry_run(*overrides):
+        return subprocess.run(
+            [sys.executable, str(ROOT / "launch.py"), "recipe=math500_llama3_8b_dapo", "dry_run=true",
+             f"hydra.run.dir={tmp_path}", *overrides],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )
+
+    fits_now = dry_run()
+    assert fits_now.returncode == 0, fits_now.stderr
+    assert "memory plan per device" in fits_now.stdout and "kv_cache" in fits_now.stdout
+    too_big = dry_run("train.micro_batch_size=128")  # 32 rows x 4096 tokens per chip: activations double
+    assert too_big.returncode == 2
+    assert "memory plan does not fit hardware.device_memory_gb=95" in too_big.stderr
+    assert "train.micro_batch_size" in too_big.stderr and "hardware.trainer_mesh" in too_big.stderr
