@@ -10,9 +10,9 @@ import functools
 import json
 import sys
 
-import haliax as hax
 import jax
 import numpy as np
+from tiny_policy import BATCH, MODEL, OPTIMIZER, TEMPERATURE, arithmetic_batch, tiny_model
 
 from marin_rl.config.spec import HardwareConfig, MeshConfig, TrainConfig
 from marin_rl.models.hf_io import export_hf, import_hf
@@ -20,7 +20,6 @@ from marin_rl.objectives import LossConfig
 from marin_rl.training import checkpoint as ckpt
 from marin_rl.training.mesh import device_bytes, mesh_sizes
 from marin_rl.training.trainer import Trainer
-from tiny_policy import BATCH, MODEL, OPTIMIZER, TEMPERATURE, arithmetic_batch, tiny_model
 
 
 def trainer_on(mesh: dict, micro_batch_size: int | None = None) -> Trainer:

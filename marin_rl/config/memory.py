@@ -136,7 +136,7 @@ def parameter_bytes_per_device(shape: ModelShape, mesh: dict[str, int], dtype_by
 
 def activation_bytes(shape: ModelShape, tokens: int, seq_len: int, model_ways: int, c: int, vocab_chunk: int | None) -> int:
     """The module docstring's activation formula for `tokens` tokens on one device."""
-    E, I, L, H, K = shape.hidden, shape.mlp, shape.layers, shape.heads, shape.kv_heads
+    E, I, L, H, K = shape.hidden, shape.mlp, shape.layers, shape.heads, shape.kv_heads  # noqa: E741 (the docstring's names)
     D = E // H
     per_token = 4 * E + (H + 2 * K) * D // model_ways + H * seq_len // model_ways + 3 * I // model_ways
     layer = tokens * c * per_token

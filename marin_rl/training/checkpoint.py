@@ -32,13 +32,13 @@ from levanter.checkpoint import save_checkpoint as lev_save_checkpoint
 
 from marin_rl.config.spec import ModelConfig
 from marin_rl.models.arrays import local_mesh
-from marin_rl.training.mesh import PARAMETER_MAPPING
 from marin_rl.training.checkpoint_manifest import (
     fallback_message,
     newest_verified,
     verify_checkpoint,
     write_manifest,
 )
+from marin_rl.training.mesh import PARAMETER_MAPPING
 
 COMPLETE_MARKER = "COMPLETE"
 MODEL_DIR = "model"

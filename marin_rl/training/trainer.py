@@ -8,6 +8,10 @@ SAME temperature the trainer uses (out[:, t] = log p(tokens[:, t] | tokens[:, :t
 One optimizer step per batch. Gradient accumulation: the batch is cut into train.micro_batch_size rows; every
 micro-batch uses the normalizer of the WHOLE batch (`batch_normalizer`), so the summed micro-batch losses and
 gradients equal the full-batch loss and gradient (and the objectives' metrics are additive the same way).
+
+Devices: the state lives on the mesh of hardware.trainer_mesh (training/mesh.py): parameters and AdamW moments
+placed by Haliax's parameter axis mapping, the batch split over data x fsdp, the step traced under the compute
+axis mapping; on one device every mapping is trivial and the same code runs.
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ import optax
 
 from marin_rl.config.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
 from marin_rl.models.arrays import cast_floating, resolve_dtype
-from marin_rl.training import mesh as meshes
-from marin_rl.training.multihost import global_array
 from marin_rl.objectives import LossConfig, batch_normalizer, policy_loss
+from marin_rl.training import mesh as meshes
 from marin_rl.training.logprobs import token_stats
+from marin_rl.training.multihost import global_array
 
 
 class TrainBatch(eqx.Module):
