@@ -95,6 +95,18 @@ def run_from_hydra(cfg: DictConfig) -> float | None:
     if spec.dry_run:
         print(yaml.safe_dump({"spec": spec.model_dump(mode="json")}, sort_keys=False))
         print(format_plan(actor_plan(spec)))
+    if spec.mode == "rl":  # trainer + sampler on their devices: refuse a plan that cannot fit before anything starts
+        from marin_rl.config.memory import check_memory_plan, format_memory_plan, memory_plan
+
+        try:
+            memory = memory_plan(spec)
+            if spec.dry_run:
+                print(format_memory_plan(memory))
+            check_memory_plan(memory)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+    if spec.dry_run:
         if previous_run_entries(run_dir):  # never overwrite the spec.yaml of a run that lives there
             print(f"dry run: config is valid; {run_dir} holds a run, so no spec was written; nothing started.")
         else:

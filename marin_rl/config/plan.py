@@ -26,7 +26,7 @@ def actor_plan(spec: RunSpec) -> list[ActorGroup]:
             "trainer",
             1,
             hw.trainer_resources,
-            f"{spec.model.name} on {hw.devices_per_trainer} {hw.accelerator} device(s), "
+            f"{spec.model.name} on a {hw.accelerator} mesh {hw.trainer_mesh.model_dump()}, "
             f"{spec.optimizer.name} lr={spec.optimizer.lr}, batch {spec.train.batch_size} "
             f"({spec.train.batch_size // spec.rollout.n_generations} prompts x {spec.rollout.n_generations}), "
             f"loss={spec.loss.name} ({spec.loss.aggregation})",

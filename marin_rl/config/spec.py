@@ -49,6 +49,8 @@ class ModelConfig(StrictModel):
     init_checkpoint: str | None = None  # start from a marin-rl checkpoint or HF export directory
     # apply the LM head in vocabulary chunks of this size when computing log-probs (None = whole vocab at once)
     logprob_vocab_chunk: int | None = Field(None, gt=0)
+    # vocabulary size for the memory plan when hf_path is a hub id (a local folder's config.json is read instead)
+    vocab_size: int | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _shape_checks(self) -> "ModelConfig":
@@ -93,12 +95,30 @@ class ActorResources(StrictModel):
     resources: dict[str, float] = {}
 
 
+class MeshConfig(StrictModel):
+    """Sizes of a (data, fsdp, model) device mesh (training/mesh.py); -1 = the devices the other axes leave."""
+
+    data: int = 1  # pure data parallel: parameters replicated, batch split
+    fsdp: int = -1  # parameters + optimizer state sharded along "embed", batch split
+    model: int = 1  # tensor parallel: attention heads, MLP width, vocabulary split
+
+    @model_validator(mode="after")
+    def _sizes(self) -> "MeshConfig":
+        sizes = self.model_dump()
+        bad = {k: v for k, v in sizes.items() if v == 0 or v < -1}
+        if bad:
+            raise ValueError(f"mesh axis sizes must be >= 1 or -1 (the rest), got {bad}")
+        if list(sizes.values()).count(-1) > 1:
+            raise ValueError(f"at most one mesh axis may be -1 (the rest), got {sizes}")
+        return self
+
+
 class HardwareConfig(StrictModel):
     name: str
     accelerator: Literal["cpu", "gpu", "tpu"]
     num_rollout_workers: int = Field(1, ge=1)
-    devices_per_trainer: int = Field(1, ge=1)
-    devices_per_rollout_worker: int = Field(1, ge=1)
+    trainer_mesh: MeshConfig = MeshConfig()
+    device_memory_gb: float | None = Field(None, gt=0.0)  # per accelerator, GiB; the memory plan must fit (None: no check)
     trainer_resources: ActorResources = ActorResources()
     rollout_resources: ActorResources = ActorResources()
     inference_backend: Literal["levanter", "vllm", "tpu_inference"] = "levanter"
@@ -107,6 +127,11 @@ class HardwareConfig(StrictModel):
 
     @model_validator(mode="after")
     def _backend_fits_accelerator(self) -> "HardwareConfig":
+        if self.inference_backend != "levanter":  # named in the schema for the recipes that will use them
+            raise ValueError(
+                f"hardware.inference_backend={self.inference_backend!r} does not run yet: rollout workers only "
+                "have the JAX/Levanter sampler (vLLM and tpu_inference engines are issue 14); allowed: ['levanter']"
+            )
         hosts = {"levanter": {"cpu", "gpu", "tpu"}, "vllm": {"gpu"}, "tpu_inference": {"tpu"}}
         if self.accelerator not in hosts[self.inference_backend]:
             allowed = sorted(b for b, accs in hosts.items() if self.accelerator in accs)

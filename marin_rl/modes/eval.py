@@ -7,6 +7,7 @@ from typing import Any
 
 from marin_rl.config.seeds import derive_seed, jax_key
 from marin_rl.config.spec import RunSpec
+from marin_rl.models.arrays import resolve_dtype
 from marin_rl.runlog.writer import write_summary
 
 
@@ -21,7 +22,10 @@ def eval_main(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
 
     model, tokenizer, _ = build_policy(spec.model, jax_key(spec.seed, "model-init"))
     env = build_environment(spec.env, seed=spec.seed)
-    sampler = Sampler(model, tokenizer, spec.sampler, spec.model.max_seq_len, version=0, seed=derive_seed(spec.seed, "eval", 0))
+    sampler = Sampler(
+        model, tokenizer, spec.sampler, spec.model.max_seq_len, version=0, seed=derive_seed(spec.seed, "eval", 0),
+        compute_dtype=resolve_dtype(spec.hardware.compute_dtype),
+    )
     problems = env.eval_problems(spec.train.eval_prompts)
     samples = sample_and_score(
         sampler, env, problems, tokenizer, spec.model, spec.train.eval_samples,

@@ -10,6 +10,7 @@ from marin_rl.environments import build_environment
 from marin_rl.environments.synthetic import Sample, generate_synthetic
 from marin_rl.inference.prompts import encode_prompt, fit_prompt, prompt_style
 from marin_rl.inference.sampler import Sampler
+from marin_rl.models.arrays import resolve_dtype
 from marin_rl.models.policy import build_policy
 
 
@@ -36,7 +37,10 @@ def generate_main(spec: RunSpec, run_dir: Path) -> Path:
     g = spec.generate
     model, tokenizer, _ = build_policy(spec.model, jax_key(spec.seed, "model-init"))
     env = build_environment(spec.env, seed=spec.seed)
-    sampler = Sampler(model, tokenizer, spec.sampler, spec.model.max_seq_len, version=0, seed=derive_seed(spec.seed, "generate"))
+    sampler = Sampler(
+        model, tokenizer, spec.sampler, spec.model.max_seq_len, version=0, seed=derive_seed(spec.seed, "generate"),
+        compute_dtype=resolve_dtype(spec.hardware.compute_dtype),
+    )
     if g.split == "train":
         problems = env.sample(g.num_prompts, numpy_rng(spec.seed, "generate-data"))
     else:

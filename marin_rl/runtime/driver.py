@@ -100,6 +100,16 @@ class RunDriver:
         self.loops: dict[int, Any] = {}
         self.worker_restarts = 0
 
+    def actor_nodes(self) -> dict[str, Any]:
+        """The Ray node id each actor runs on, asked of the actor itself (ray.get_runtime_context() inside it)."""
+        import ray
+
+        def node_of(actor) -> Any:
+            return actor.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
+
+        trainer_ref, worker_refs = node_of(self.trainer), [node_of(w) for w in self.workers]
+        return {"trainer": ray.get(trainer_ref), "rollout_workers": ray.get(worker_refs)}
+
     def stop_actors(self) -> None:
         """Kill this run's actors and release its placement group (a no-op if they never started)."""
         import ray
@@ -151,6 +161,7 @@ class RunDriver:
 
         s = self.spec
         self.start_actors()
+        nodes = self.actor_nodes()
         info = ray.get(self.trainer.prepare.remote())
         start_step, extra = info["start_step"], info["extra"]
         if info["resumed_from"]:
@@ -222,6 +233,7 @@ class RunDriver:
             "resumed_from": info["resumed_from"],
             "worker_restarts": self.worker_restarts,
             "decontam": decontam,  # None when off or when no component has a fixed training set
+            "nodes": nodes,  # Ray node id of the trainer and of each rollout worker
         }
         write_summary(self.run_dir, summary)
         if s.tracking.plots:

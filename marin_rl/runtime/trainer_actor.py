@@ -117,7 +117,7 @@ class TrainerActor:
         resumed_from = None
         ckpt = self._checkpoint_to_resume()
         if ckpt is not None:
-            self.state, self.extra = restore_checkpoint(ckpt, self.state)
+            self.state, self.extra = restore_checkpoint(ckpt, self.state, mesh=self.trainer.mesh)
             self.wall_before_resume = float(self.extra.get(WALL_BEFORE_RESUME, 0.0))
             resumed_from = str(ckpt)
             logger.info("resumed from %s at step %d", ckpt, self.version)
@@ -142,7 +142,7 @@ class TrainerActor:
                 f"loss.kl.coef={self.spec.loss.kl.coef} > 0 but the KL reference {source} is missing; "
                 "the run cannot resume without the policy it started from"
             )
-        reference = restore_model(source, self.state.model)
+        reference = restore_model(source, self.state.model, mesh=self.trainer.mesh)
         if source != own:
             save_checkpoint(own, eqx.tree_at(lambda st: st.model, self.state, reference), {"role": "KL reference"},
                             model_config=self.spec.model)

@@ -38,6 +38,7 @@ from marin_rl.training.checkpoint_manifest import (
     verify_checkpoint,
     write_manifest,
 )
+from marin_rl.training.mesh import PARAMETER_MAPPING
 
 COMPLETE_MARKER = "COMPLETE"
 MODEL_DIR = "model"
@@ -185,29 +186,35 @@ def _placed_like(restored: Any, template: Any) -> Any:
     return jax.tree.map(place, restored, template)
 
 
-def restore_model(path: str | Path, template_model: Any) -> Any:
-    """The policy saved in checkpoint `path`, shaped like `template_model` (concrete or from eqx.filter_eval_shape)."""
+def _load(template: Any, folder: Path, mesh: Any) -> Any:
+    """Levanter's TensorStore load; with a mesh, every device reads only its own shard of each NamedArray
+    (parameter mapping of training/mesh.py), whatever mesh wrote the checkpoint: that is the resharding."""
+    mapping = None if mesh is None else PARAMETER_MAPPING
+    mesh = local_mesh() if mesh is None else mesh
+    with hax.partitioning.set_mesh(mesh):
+        return lev_load_checkpoint(template, str(folder), discover_latest=False, axis_mapping=mapping, mesh=mesh)
+
+
+def restore_model(path: str | Path, template_model: Any, *, mesh: Any = None) -> Any:
+    """The policy saved in checkpoint `path`, shaped like `template_model` (concrete or from eqx.filter_eval_shape);
+    mesh: load it sharded over this trainer mesh (any mesh may have written it)."""
     path = Path(path)
     _require_checkpoint(path)
-    return _load_model(path, template_model)
+    return _load_model(path, template_model, mesh)
 
 
-def _load_model(path: Path, template_model: Any) -> Any:
-    with hax.partitioning.set_mesh(local_mesh()):
-        model = lev_load_checkpoint(template_model, str(path / MODEL_DIR), discover_latest=False)
-    return _placed_like(model, template_model)
+def _load_model(path: Path, template_model: Any, mesh: Any = None) -> Any:
+    return _placed_like(_load(template_model, path / MODEL_DIR, mesh), template_model)
 
 
-def restore_checkpoint(path: str | Path, template_state: Any) -> tuple[Any, dict]:
-    """(state, extra) from checkpoint `path`; template_state gives the structure (e.g. Trainer.init_state(model))."""
+def restore_checkpoint(path: str | Path, template_state: Any, *, mesh: Any = None) -> tuple[Any, dict]:
+    """(state, extra) from checkpoint `path`; template_state gives the structure (e.g. Trainer.init_state(model));
+    mesh: load sharded over this trainer mesh (Trainer.mesh), whatever mesh wrote the checkpoint."""
     path = Path(path)
     _require_checkpoint(path)
-    model = _load_model(path, template_state.model)
-    with hax.partitioning.set_mesh(local_mesh()):
-        rest = lev_load_checkpoint(
-            _train_state_tree(template_state), str(path / TRAIN_STATE_DIR), discover_latest=False
-        )
-    rest = _placed_like(rest, _train_state_tree(template_state))
+    model = _load_model(path, template_state.model, mesh)
+    template_rest = _train_state_tree(template_state)
+    rest = _placed_like(_load(template_rest, path / TRAIN_STATE_DIR, mesh), template_rest)
     state = dataclasses.replace(template_state, model=model, **rest)
     extra = json.loads((path / EXTRA_FILE).read_text()) if (path / EXTRA_FILE).exists() else {}
     return state, extra

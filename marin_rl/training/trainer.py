@@ -8,6 +8,10 @@ SAME temperature the trainer uses (out[:, t] = log p(tokens[:, t] | tokens[:, :t
 One optimizer step per batch. Gradient accumulation: the batch is cut into train.micro_batch_size rows; every
 micro-batch uses the normalizer of the WHOLE batch (`batch_normalizer`), so the summed micro-batch losses and
 gradients equal the full-batch loss and gradient (and the objectives' metrics are additive the same way).
+
+Devices: the state lives on the mesh of hardware.trainer_mesh (training/mesh.py): parameters and AdamW moments
+placed by Haliax's parameter axis mapping, the batch split over data x fsdp, the step traced under the compute
+axis mapping; on one device every mapping is trivial and the same code runs.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ import optax
 from marin_rl.config.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
 from marin_rl.models.arrays import cast_floating, resolve_dtype
 from marin_rl.objectives import LossConfig, batch_normalizer, policy_loss
+from marin_rl.training import mesh as meshes
 from marin_rl.training.logprobs import token_stats
+from marin_rl.training.multihost import global_array
 
 
 class TrainBatch(eqx.Module):
@@ -159,6 +165,7 @@ class Trainer:
         reference_model: Any = None,
         total_steps: int | None = None,
         donate_state: bool = False,
+        devices: list | None = None,
     ):
         if sampler_temperature <= 0:
             raise ValueError(
@@ -174,30 +181,61 @@ class Trainer:
             raise ValueError(
                 f"train.micro_batch_size={self.micro_batch_size} must divide train.batch_size={self.batch_size}"
             )
+        # the trainer's device mesh (hardware.trainer_mesh over `devices`, default all visible devices)
+        self.mesh = meshes.build_mesh(hardware_cfg.trainer_mesh.model_dump(), devices)
+        split = meshes.batch_split(self.mesh)
+        if self.micro_batch_size % split:
+            raise ValueError(
+                f"train.micro_batch_size={self.micro_batch_size} must be divisible by data x fsdp = {split} of "
+                f"hardware.trainer_mesh={meshes.mesh_sizes(self.mesh)} (every device takes whole rows)"
+            )
         self.compute_dtype = resolve_dtype(hardware_cfg.compute_dtype)
         self.param_dtype = resolve_dtype(hardware_cfg.param_dtype)
         self.total_steps = total_steps if total_steps is not None else max(train_cfg.steps, 1)
         self.schedule = lr_schedule(opt_cfg, self.total_steps)
         self.optimizer = make_optimizer(opt_cfg, self.total_steps)
-        if loss_cfg.kl.coef > 0 and reference_model is not None:
-            reference_model = cast_floating(reference_model, self.compute_dtype)
         self.reference_model = reference_model
         self.traces = 0  # times the loss/gradient pass was traced (== compiled): stays 1 at fixed shapes
         # Two compiled pieces: the loss/gradient pass (shared by `grads` and `train_step`, so tests and tools
         # never compile it twice) and the optimizer update.
         self._grads = eqx.filter_jit(self._grads_entry)
-        self._apply = eqx.filter_jit(self._apply_impl, donate="all" if donate_state else "none")
+        # named_jit pins the new state's output shardings to the parameter mapping (jit's own choice may differ
+        # in form, e.g. P() for P('fsdp') on a size-1 axis, and a differently-keyed state would recompile).
+        self._apply = hax.named_jit(
+            self._apply_impl,
+            axis_resources=meshes.COMPUTE_MAPPING,
+            out_axis_resources=meshes.PARAMETER_MAPPING,
+            donate_args=(True, False) if donate_state else None,
+        )
         self._logprobs = eqx.filter_jit(self._logprobs_impl)
+
+    @property
+    def reference_model(self) -> Any:
+        return self._reference_model
+
+    @reference_model.setter
+    def reference_model(self, model: Any) -> None:
+        """The KL reference, in compute_dtype, sharded like the policy."""
+        if model is not None and self.loss_cfg.kl.coef > 0:
+            model = meshes.shard_params(cast_floating(model, self.compute_dtype), self.mesh)
+        self._reference_model = model
 
     # ---- state -----------------------------------------------------------------------------------------------
     def init_state(self, model: Any, key: jax.Array | None = None) -> TrainerState:
-        """Fresh TrainerState: params cast to hardware.param_dtype, new optimizer state, step 0."""
-        model = cast_floating(model, self.param_dtype)
+        """Fresh TrainerState: params cast to hardware.param_dtype, new optimizer state, step 0, all sharded over
+        the trainer mesh (parameters and optimizer moments by the Haliax parameter mapping, the rest replicated)."""
+        model = meshes.shard_params(cast_floating(model, self.param_dtype), self.mesh)
         key = jax.random.PRNGKey(0) if key is None else key
-        state = TrainerState(model, self.optimizer.init(trainable(model)), jnp.zeros((), jnp.int32), key)
-        # Commit every leaf to the device: jit keys its executables on committed-ness, and restored checkpoints
-        # come back committed, so an uncommitted fresh state would cost a second compile after a resume.
-        return jax.device_put(state, jax.local_devices()[0])
+        with meshes.compute_scope(self.mesh):
+            opt_state = self.optimizer.init(trainable(model))
+        state = TrainerState(model, opt_state, jnp.zeros((), jnp.int32), key)
+        # Every leaf committed to its mesh sharding: jit keys its executables on placement, and restored
+        # checkpoints come back placed the same way, so a resume hits the step compiled for the fresh state.
+        return meshes.shard_params(state, self.mesh)
+
+    def place_batch(self, batch: TrainBatch) -> TrainBatch:
+        """Rows of the batch split over the mesh's data x fsdp devices (a global array: also across hosts)."""
+        return jax.tree.map(lambda x: global_array(x, meshes.batch_sharding(self.mesh, x.ndim)), batch)
 
     # ---- log-probs -------------------------------------------------------------------------------------------
     def _logprobs_impl(self, model, tokens):
@@ -207,7 +245,11 @@ class Trainer:
 
     def logprobs(self, model: Any, tokens: jax.Array) -> jax.Array:
         """Trainer-side log-probs f32[B, S] at the sampler temperature (e.g. reference or recompute passes)."""
-        return self._logprobs(model, jnp.asarray(tokens, jnp.int32))
+        tokens = jnp.asarray(tokens, jnp.int32)
+        if tokens.shape[0] % meshes.batch_split(self.mesh) == 0:
+            tokens = global_array(tokens, meshes.batch_sharding(self.mesh, tokens.ndim))
+        with meshes.compute_scope(self.mesh):
+            return self._logprobs(meshes.shard_params(model, self.mesh), tokens)
 
     # ---- the step --------------------------------------------------------------------------------------------
     def _micro_loss(self, params, static, micro: TrainBatch, normalizer, ref_model):
@@ -244,8 +286,14 @@ class Trainer:
         if n_micro == 1:
             return grad_fn(params, static, batch, normalizer, ref_model)
 
+        # Micro-batch k = rows k, k + n_micro, k + 2 n_micro, ...: with rows split into contiguous blocks over
+        # data x fsdp, every device keeps micro_batch_size / (data x fsdp) of its own rows in each micro-batch.
         micro_batches = jax.tree.map(
-            lambda x: x.reshape((n_micro, self.micro_batch_size) + x.shape[1:]), batch
+            lambda x: jax.lax.with_sharding_constraint(
+                jnp.swapaxes(x.reshape((self.micro_batch_size, n_micro) + x.shape[1:]), 0, 1),
+                meshes.batch_sharding(self.mesh, x.ndim + 1, leading=1),
+            ),
+            batch,
         )
 
         def accumulate(carry, micro):
@@ -269,6 +317,7 @@ class Trainer:
         self.traces += 1  # python side effect: runs only while tracing
         params, static = eqx.partition(model, eqx.is_inexact_array)
         grads, metrics = self._grads_impl(params, static, batch, ref_model)
+        grads = meshes.shard_params(grads, self.mesh)  # reduce-scattered into the parameters' own layout
         metrics = dict(metrics)
         metrics["train/tokens"] = batch.loss_mask.sum()
         metrics["train/sequences"] = (batch.loss_mask.sum(-1) > 0).sum().astype(jnp.float32)
@@ -321,12 +370,13 @@ class Trainer:
             ref_logp=None if batch.ref_logp is None else jnp.asarray(batch.ref_logp, jnp.float32),
         )
         ref_model = self.reference_model if (self.loss_cfg.kl.coef > 0 and batch.ref_logp is None) else None
-        return batch, ref_model
+        return self.place_batch(batch), ref_model
 
     def grads(self, model: Any, batch: TrainBatch) -> tuple[Any, dict[str, jax.Array]]:
         """(gradients of the loss w.r.t. the trainable leaves, metrics) without updating anything."""
         batch, ref_model = self._prepare(batch)
-        return self._grads(model, batch, ref_model)
+        with meshes.compute_scope(self.mesh):
+            return self._grads(meshes.shard_params(model, self.mesh), batch, ref_model)
 
     def train_step(self, state: TrainerState, batch: TrainBatch) -> tuple[TrainerState, dict[str, float]]:
         """One optimizer step; metrics are python floats (loss/* from the objective, train/* from here).
@@ -334,12 +384,13 @@ class Trainer:
         A non-finite loss raises FloatingPointError BEFORE the update, so `state` is still the last good one.
         """
         batch, ref_model = self._prepare(batch)
-        grads, metrics = self._grads(state.model, batch, ref_model)
-        loss = float(metrics["loss/total"])
-        if not math.isfinite(loss):
-            raise FloatingPointError(
-                f"non-finite loss {loss} at step {int(state.step) + 1}; update not applied"
-            )
-        state, update_metrics = self._apply(state, grads)
+        with meshes.compute_scope(self.mesh):
+            grads, metrics = self._grads(state.model, batch, ref_model)
+            loss = float(metrics["loss/total"])
+            if not math.isfinite(loss):
+                raise FloatingPointError(
+                    f"non-finite loss {loss} at step {int(state.step) + 1}; update not applied"
+                )
+            state, update_metrics = self._apply(state, grads)
         metrics = {k: float(v) for k, v in jax.device_get({**metrics, **update_metrics}).items()}
         return state, metrics

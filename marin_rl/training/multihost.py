@@ -1,0 +1,63 @@
+"""Multi-host JAX for a trainer that spans hosts (one process per TPU host, all running the same Trainer calls).
+
+JAX is multi-controller: every host runs the same program, `jax.distributed.initialize` joins the processes, after
+which `jax.devices()` lists every chip of every host and a `Mesh` over them (training/mesh.py builds it from
+`jax.devices()`) spans the hosts. Arrays placed on such a mesh are global: each process holds only its addressable
+shards. What this module gives the trainer:
+- `initialize_distributed`: join the processes before any JAX device is touched (Cloud TPU slices are detected by
+  JAX itself; elsewhere JAX reads JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID);
+- `global_array`: a global array from a host value every process holds in full (how `Trainer.place_batch` places
+  each batch, so the same code serves one process and many).
+Checkpoints need nothing more: Levanter's TensorStore serialization writes and reads each process's shards.
+
+Exercised on this machine: `global_array` on one process with 8 simulated devices (every trainer step in
+tests/test_mesh.py goes through it). NOT exercised: anything with more than one process; and the Ray driver does
+not yet start one trainer actor per host (README, "Runs that outgrow one device").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+def spans_hosts(environ: Mapping[str, str] = os.environ) -> bool:
+    """True when this process is one of several JAX processes: an explicit coordinator (JAX_COORDINATOR_ADDRESS
+    with JAX_NUM_PROCESSES > 1), or a Cloud TPU slice whose TPU_WORKER_HOSTNAMES lists more than one host."""
+    if environ.get("JAX_COORDINATOR_ADDRESS") and int(environ.get("JAX_NUM_PROCESSES", "1")) > 1:
+        return True
+    return len([h for h in environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]) > 1
+
+
+def initialize_distributed(environ: Mapping[str, str] = os.environ) -> dict[str, int]:
+    """Call jax.distributed.initialize() once when `spans_hosts`; {process_index, process_count, devices,
+    local_devices} either way. Must run before the first JAX computation of the process."""
+    if spans_hosts(environ) and not jax.distributed.is_initialized():
+        num = environ.get("JAX_NUM_PROCESSES")
+        pid = environ.get("JAX_PROCESS_ID")
+        jax.distributed.initialize(
+            coordinator_address=environ.get("JAX_COORDINATOR_ADDRESS"),
+            num_processes=None if num is None else int(num),
+            process_id=None if pid is None else int(pid),
+        )
+        logger.info("joined JAX process group as process %d of %d", jax.process_index(), jax.process_count())
+    return {
+        "process_index": jax.process_index(),
+        "process_count": jax.process_count(),
+        "devices": jax.device_count(),
+        "local_devices": jax.local_device_count(),
+    }
+
+
+def global_array(value: Any, sharding: jax.sharding.Sharding) -> jax.Array:
+    """The global array of `value` (the full host value, identical on every process) under `sharding`: each
+    process builds only the shards its own devices hold."""
+    host = np.asarray(value)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
