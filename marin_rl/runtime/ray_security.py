@@ -140,12 +140,12 @@ def exposed(listeners: list[Listener]) -> list[Listener]:
 
 
 def launcher_starts_local_ray(hydra_cfg, environ: MutableMapping[str, str] = os.environ) -> bool | None:
-    """For hydra/launcher=ray: True if it starts a local Ray (no init.address, no RAY_ADDRESS), False if it joins
-    one; None for any other launcher (it starts no Ray; each job's init_ray secures its own)."""
+    """For hydra/launcher=ray: True if it starts a local Ray (init.address local or unset, no RAY_ADDRESS), False if
+    it joins one; None for any other launcher (it starts no Ray; each job's init_ray secures its own)."""
     launcher = hydra_cfg.launcher
     if not str(launcher.get("_target_", "")).endswith("ray_launcher.RayLauncher"):
         return None
-    return not launcher.ray.init.get("address") and not environ.get("RAY_ADDRESS")
+    return launcher.ray.init.get("address") in (None, "", "local") and not environ.get("RAY_ADDRESS")
 
 
 class SecureRayLauncher(Callback):
