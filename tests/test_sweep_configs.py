@@ -80,7 +80,7 @@ def test_ray_launcher_config_is_safe_on_one_machine(choice):
     assert launcher._target_ == "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"
     assert cfg.hydra.runtime.choices["hydra/launcher"] == choice
     init, remote = launcher.ray.init, launcher.ray.remote
-    assert init.address is None and init._node_ip_address == "127.0.0.1" and init.include_dashboard is False
+    assert init.address == "local" and init._node_ip_address == "127.0.0.1" and init.include_dashboard is False
     # Present (as null) so the plugin's setdefault does not cap the object store at 75 MB.
     assert "object_store_memory" in init and init.object_store_memory is None
     # The job task takes no CPU (its actors' placement group does) and gets a fresh process per job.
