@@ -22,6 +22,7 @@ import numpy as np
 from marin_rl.config.seeds import derive_seed, jax_key
 from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
+from marin_rl.environments.grading import GRADING_COUNTS
 from marin_rl.models.policy import build_policy
 from marin_rl.rollouts import RolloutGroup, staleness
 from marin_rl.runlog.writer import WALL_BEFORE_RESUME
@@ -50,9 +51,6 @@ class StallError(RuntimeError):
 
 class NaNLossError(RuntimeError):
     """The loss went non-finite; the update was not applied and the last checkpoint is intact."""
-
-
-GRADER_COUNTS = ("graded", "timeouts", "crashes", "errors")  # per-round counts a worker ships as grader_*
 
 
 def _mean(values: list) -> float:
@@ -274,7 +272,7 @@ class TrainerActor:
     @staticmethod
     def _grading_metrics(rounds: list[dict]) -> dict[str, int]:
         """This step's grader counts (grader/graded, /timeouts, /crashes, /errors) over the rounds it consumed."""
-        return {f"grader/{key}": sum(st.get(f"grader_{key}", 0) for st in rounds) for key in GRADER_COUNTS}
+        return {f"grader/{key}": sum(st.get(f"grader_{key}", 0) for st in rounds) for key in GRADING_COUNTS}
 
     def _optimizer_step(self, prepared: PreparedBatch) -> dict:
         s = self.spec
