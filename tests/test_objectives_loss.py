@@ -27,6 +27,7 @@ EXPECTED_METRICS = {
     "loss/approx_kl",
     "loss/tis_weight_mean",
     "loss/tis_clipped_frac",
+    "loss/mis_masked_frac",
     "loss/advantage_mean",
     "loss/advantage_abs_mean",
 }
@@ -103,6 +104,29 @@ def test_gspo_sequence_ratio_value_and_gradient():
     # d/dlogp_t of -(s0 A0)/B with s0 = exp(mean_t log ratio): -A0 s0 / (n0 B) on row 0's counted tokens.
     np.testing.assert_allclose(grad[0], [-2.0 * s0 / 4, -2.0 * s0 / 4, 0.0], rtol=1e-5)
     np.testing.assert_array_equal(grad[1], 0.0)
+
+
+def test_masked_is_drops_tokens_and_answers_outside_the_band():
+    old = np.zeros((2, 3), np.float32)
+    # ratios pi_old / pi_sampler: row 0 = 3.0, 1.5, 1.0 ; row 1 = 0.36, 1.0, (padding)
+    sampler = np.array([[-np.log(3.0), -np.log(1.5), 0.0], [-np.log(0.36), 0.0, 0.0]], np.float32)
+    mask = np.array([[1, 1, 1], [1, 1, 0]], np.float32)
+    adv = np.array([1.0, 1.0], np.float32)
+    token = config(ratio_baseline="recompute", tis={"enabled": False}, mis={"enabled": True, "low": 0.5, "high": 2.0})
+    loss, metrics = run(token, logp=old, old=old, sampler=sampler, adv=adv, mask=mask)
+    # token level: 3.0 and 0.36 leave [0.5, 2]; 3 of 5 tokens keep their surrogate of 1 (token_mean over N = 5)
+    np.testing.assert_allclose(metrics["loss/mis_masked_frac"], 2 / 5, rtol=1e-6)
+    np.testing.assert_allclose(loss, -3 / 5, rtol=1e-5)
+    # sequence level: row 0's product 4.5 and row 1's 0.36 both leave the band: everything is dropped
+    seq = token.model_copy(update={"mis": token.mis.model_copy(update={"level": "sequence"})})
+    loss, metrics = run(seq, logp=old, old=old, sampler=sampler, adv=adv, mask=mask)
+    np.testing.assert_allclose(metrics["loss/mis_masked_frac"], 1.0)
+    np.testing.assert_allclose(loss, 0.0, atol=1e-7)
+    # geometric: row 0 exp(mean log) = 4.5^(1/3) = 1.65 and row 1 sqrt(0.36) = 0.6 stay inside
+    geo = token.model_copy(update={"mis": token.mis.model_copy(update={"level": "geometric"})})
+    loss, metrics = run(geo, logp=old, old=old, sampler=sampler, adv=adv, mask=mask)
+    np.testing.assert_allclose(metrics["loss/mis_masked_frac"], 0.0)
+    np.testing.assert_allclose(loss, -1.0, rtol=1e-5)
 
 
 def test_truncated_is_recompute_caps_weight_sampler_baseline_ignores_it():

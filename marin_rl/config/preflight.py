@@ -141,8 +141,22 @@ def check_init_checkpoint(spec: RunSpec) -> None:
         check_checkpoint_fits(path, spec.model, key)
 
 
+def check_inference_backend(spec: RunSpec) -> None:
+    """hardware.inference_backend=vllm: the vLLM environment exists and holds the pinned versions."""
+    if spec.hardware.inference_backend != "vllm" or spec.mode == "sft":
+        return
+    from marin_rl.inference.vllm_env import VllmEnvironmentError, check_vllm_environment
+    from marin_rl.inference.vllm_sampler import vllm_python
+
+    try:
+        check_vllm_environment(vllm_python(spec.hardware.vllm))
+    except VllmEnvironmentError as err:
+        raise PreflightError(f"hardware.inference_backend=vllm: {err}") from None
+
+
 def preflight(spec: RunSpec, run_dir: Path) -> None:
     """Every driver-side check of a run that is about to start (raises PreflightError)."""
+    check_inference_backend(spec)
     check_data(spec)
     check_init_checkpoint(spec)
     if spec.mode == "rl":

@@ -113,6 +113,18 @@ class MeshConfig(StrictModel):
         return self
 
 
+# head sizes vLLM 0.32 CPU attention accepts (CPUAttentionBackend.get_supported_head_sizes)
+VLLM_CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+class VllmConfig(StrictModel):
+    """The vLLM engine each rollout worker starts when hardware.inference_backend=vllm (inference/vllm_sampler.py)."""
+
+    python: str = ".venv-vllm/bin/python"  # interpreter of the vLLM environment (`make vllm`); relative to the project
+    memory_fraction: float = Field(0.1, gt=0.0, le=1.0)  # vLLM gpu_memory_utilization (host memory for the KV cache on the CPU)
+    max_num_seqs: int = Field(256, gt=0)  # sequences the engine decodes together
+
+
 class HardwareConfig(StrictModel):
     name: str
     accelerator: Literal["cpu", "gpu", "tpu"]
@@ -125,14 +137,17 @@ class HardwareConfig(StrictModel):
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
     param_dtype: Literal["float32", "bfloat16"] = "float32"
 
+    vllm: VllmConfig = VllmConfig()  # read only when inference_backend=vllm
+
     @model_validator(mode="after")
     def _backend_fits_accelerator(self) -> "HardwareConfig":
-        if self.inference_backend != "levanter":  # named in the schema for the recipes that will use them
+        if self.inference_backend == "tpu_inference":
             raise ValueError(
-                f"hardware.inference_backend={self.inference_backend!r} does not run yet: rollout workers only "
-                "have the JAX/Levanter sampler (vLLM and tpu_inference engines are issue 14); allowed: ['levanter']"
+                "hardware.inference_backend='tpu_inference' cannot run from this project's environment: "
+                "tpu-inference needs Python >= 3.12 and jax 0.11 (Levanter 1.2.dev1644 pins Python 3.11, jax 0.10) "
+                "and a TPU; allowed: ['levanter', 'vllm']"
             )
-        hosts = {"levanter": {"cpu", "gpu", "tpu"}, "vllm": {"gpu"}, "tpu_inference": {"tpu"}}
+        hosts = {"levanter": {"cpu", "gpu", "tpu"}, "vllm": {"cpu", "gpu"}}
         if self.accelerator not in hosts[self.inference_backend]:
             allowed = sorted(b for b, accs in hosts.items() if self.accelerator in accs)
             raise ValueError(
@@ -167,6 +182,7 @@ class ReplayConfig(StrictModel):
 
 class RolloutConfig(StrictModel):
     mode: Literal["sync", "inflight"] = "sync"
+    kv_on_swap: Literal["recompute", "keep"] = "recompute"  # what an in-flight weight swap does to the KV cache
     n_generations: int = Field(8, ge=1)  # responses per prompt (the GRPO group)
     max_staleness: int = Field(1, ge=0)  # trainer steps a rollout's oldest token may lag
     weight_sync: WeightSyncConfig = WeightSyncConfig()
@@ -276,13 +292,26 @@ class RunSpec(StrictModel):
             raise ValueError(
                 "overwrite=true deletes the run folder that resume=auto would continue; set only one of them"
             )
-        if self.rollout.mode == "inflight" and self.hardware.inference_backend != "levanter":
+        if self.rollout.kv_on_swap != "recompute" and self.rollout.mode != "inflight":
             raise ValueError(
-                f"rollout.mode=inflight needs a sampler that can swap weights between decode chunks; "
-                f"hardware.inference_backend={self.hardware.inference_backend!r} is not wired for it yet "
-                "(allowed: levanter)"
+                f"rollout.kv_on_swap={self.rollout.kv_on_swap!r} acts only when weights swap mid-generation; "
+                "allowed with rollout.mode=sync: recompute (the default)"
             )
+        if self.hardware.inference_backend == "vllm":
+            self._check_vllm_model()
         return self
+
+    def _check_vllm_model(self) -> None:
+        """vLLM's CPU attention serves a fixed set of head sizes (today's tiny default, 16, is not one of them)."""
+        if self.model.kind != "tiny" or self.hardware.accelerator != "cpu":
+            return
+        head_dim = self.model.hidden_dim // self.model.num_heads
+        if head_dim not in VLLM_CPU_HEAD_DIMS:
+            raise ValueError(
+                f"hardware.inference_backend=vllm on the CPU needs a head size in {list(VLLM_CPU_HEAD_DIMS)}; "
+                f"model.hidden_dim={self.model.hidden_dim} / model.num_heads={self.model.num_heads} = {head_dim} "
+                "(e.g. model.num_heads=2 model.num_kv_heads=2 for hidden_dim 64)"
+            )
 
 
 class SpecError(ValueError):

@@ -133,6 +133,7 @@ class Sampler:
         self.pad_id = int(pad_id) if pad_id is not None else (self.eos_ids[0] if self.eos_ids else 0)
         self.compile_events: list[str] = []
         self.last_stats: dict[str, float] = {}
+        self.load_seconds: list[float] = []  # engine-side weight loads (vLLM's); a swap here is a pointer change
 
     # ------------------------------------------------------------------ weights
 
@@ -145,6 +146,9 @@ class Sampler:
     @property
     def model(self):
         return self._model
+
+    def close(self) -> None:
+        """Nothing to release (the vLLM sampler's close stops its engine process)."""
 
     def reseed(self, seed: int) -> None:
         """Restart the sampling key from `seed`: a caller that reseeds each round makes rounds independent of order."""

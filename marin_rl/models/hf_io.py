@@ -137,3 +137,11 @@ def import_hf(
             resize_vocab_to_match_tokenizer=False,
             dtype=resolve_dtype(dtype),
         )
+
+
+def hf_state_dict(model: LmHeadModel) -> dict[str, Any]:
+    """HF tensor name -> host array, the names and layouts `export_hf` writes (Levanter's own export mapping)."""
+    from haliax.state_dict import to_torch_compatible_state_dict
+
+    with hax.partitioning.set_mesh(local_mesh()):
+        return to_torch_compatible_state_dict(model)

@@ -7,7 +7,6 @@ from typing import Any
 
 from marin_rl.config.seeds import derive_seed, jax_key
 from marin_rl.config.spec import RunSpec
-from marin_rl.models.arrays import resolve_dtype
 from marin_rl.runlog.writer import write_summary
 
 
@@ -16,21 +15,23 @@ def eval_main(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
 
     from marin_rl.environments import build_environment
     from marin_rl.inference.graded_sampling import eval_records, sample_and_score
-    from marin_rl.inference.sampler import Sampler
+    from marin_rl.inference.backends import build_sampler
     from marin_rl.models.policy import build_policy
     from marin_rl.runlog.eval_summary import summarize_eval
 
     model, tokenizer, _ = build_policy(spec.model, jax_key(spec.seed, "model-init"))
     env = build_environment(spec.env, seed=spec.seed)
-    sampler = Sampler(
-        model, tokenizer, spec.sampler, spec.model.max_seq_len, version=0, seed=derive_seed(spec.seed, "eval", 0),
-        compute_dtype=resolve_dtype(spec.hardware.compute_dtype),
+    sampler = build_sampler(
+        spec, model, tokenizer, version=0, seed=derive_seed(spec.seed, "eval", 0), workdir=Path(run_dir) / "engine"
     )
     problems = env.eval_problems(spec.train.eval_prompts)
-    samples = sample_and_score(
-        sampler, env, problems, tokenizer, spec.model, spec.train.eval_samples,
-        temperature=spec.sampler.eval_temperature, max_new_tokens=spec.sampler.eval_max_new_tokens,
-    )
+    try:
+        samples = sample_and_score(
+            sampler, env, problems, tokenizer, spec.model, spec.train.eval_samples,
+            temperature=spec.sampler.eval_temperature, max_new_tokens=spec.sampler.eval_max_new_tokens,
+        )
+    finally:
+        sampler.close()
     summary = {"status": "completed", "eval": summarize_eval(eval_records(samples))}
     write_summary(run_dir, summary)
     print(f"eval pass@1 = {summary['eval']['pass_at_1']:.3f} on {len(problems)} prompts", flush=True)

@@ -30,6 +30,24 @@ class TruncatedISConfig(StrictModel):
     cap: float = Field(2.0, gt=0.0)  # weights are min(pi_old / pi_sampler, cap)
 
 
+class MaskedISConfig(StrictModel):
+    """Masked importance sampling: drop tokens or answers whose ratio pi_old / pi_sampler leaves [low, high].
+
+    Applies only with ratio_baseline=recompute (with sampler the ratio is 1 by construction: refused).
+    """
+
+    enabled: bool = False
+    level: Literal["token", "sequence", "geometric"] = "token"
+    low: float = Field(0.5, gt=0.0)  # keep ratios >= low
+    high: float = Field(2.0, gt=0.0)  # keep ratios <= high
+
+    @model_validator(mode="after")
+    def _band(self) -> "MaskedISConfig":
+        if not self.low < 1.0 < self.high:
+            raise ValueError(f"loss.mis band [{self.low}, {self.high}] must contain 1 (low < 1 < high)")
+        return self
+
+
 class KLConfig(StrictModel):
     """Penalty KL(pi_theta || pi_ref) to a frozen reference policy (the initial weights); coef 0 = off."""
 
@@ -66,6 +84,7 @@ class LossConfig(StrictModel):
     aggregation: AggregationMode = "token_mean"
     fixed_budget: int | None = Field(None, gt=0)  # L_max of seq_mean_token_sum_norm
     tis: TruncatedISConfig = TruncatedISConfig()
+    mis: MaskedISConfig = MaskedISConfig()
     kl: KLConfig = KLConfig()
     entropy_coef: float = 0.0  # loss -= entropy_coef * agg(entropy)
     filter_zero_variance: bool = True  # drop groups whose rewards are all equal before building the batch
@@ -74,6 +93,11 @@ class LossConfig(StrictModel):
 
     @model_validator(mode="after")
     def _cross_field_checks(self) -> "LossConfig":
+        if self.mis.enabled and self.ratio_baseline != "recompute":
+            raise ValueError(
+                "loss.mis.enabled=true needs loss.ratio_baseline=recompute: with ratio_baseline=sampler the old "
+                "policy is the sampler, every ratio pi_old / pi_sampler is 1 and nothing is masked"
+            )
         if self.aggregation == "seq_mean_token_sum_norm" and self.fixed_budget is None:
             raise ValueError(
                 "loss.fixed_budget must be set (a token count, e.g. the max response length) "

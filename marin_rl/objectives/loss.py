@@ -5,7 +5,7 @@ plus optional KL to a reference policy and entropy bonus, aggregated with the ba
 
 r is exp(logp - old_logp) per token (PPO, Schulman et al. 2017) or, with ratio_level=sequence, GSPO's per-answer
 exp(mean_t(logp - old_logp)) on every token of the answer (Zheng et al. 2025); w is the truncated IS weight
-(`importance.py`), agg the configured aggregation with the WHOLE batch's N and B (`aggregation.py`).
+times the masked IS keep indicator (`importance.py`), agg the configured aggregation with the WHOLE batch's N and B (`aggregation.py`).
 
 Gradient accumulation: compute `normalizer = batch_normalizer(full_mask, cfg.fixed_budget)` once on the whole batch,
 call `policy_loss` per micro-batch with it and SUM the losses and gradients; the result equals one call on the
@@ -29,7 +29,7 @@ from marin_rl.objectives.aggregation import (
     masked_token_mean,
 )
 from marin_rl.objectives.config import LossConfig
-from marin_rl.objectives.importance import truncated_is_clipped, truncated_is_weights
+from marin_rl.objectives.importance import masked_is_keep, truncated_is_clipped, truncated_is_weights
 from marin_rl.objectives.kl import kl_estimate
 from marin_rl.objectives.surrogates import clip_indicators, clipped_surrogate, gspo_ratio, token_ratio
 
@@ -86,7 +86,8 @@ def policy_loss(
     ratio_level=sequence, whose clipped branch is active), loss/ratio_mean (token mean of r, or answer mean of the
     GSPO ratio), loss/sampler_trainer_logp_gap (token mean |logp - sampler_logp|), loss/approx_kl (token mean of the
     k3 estimate of KL(old || current)), loss/tis_weight_mean and loss/tis_clipped_frac (token means; TIS applies
-    only with tis.enabled and ratio_baseline=recompute, else w = 1), loss/advantage_mean, loss/advantage_abs_mean
+    only with tis.enabled and ratio_baseline=recompute, else w = 1; the mean includes masked IS zeros),
+    loss/mis_masked_frac (token share that masked IS dropped; 0 unless mis.enabled), loss/advantage_mean, loss/advantage_abs_mean
     (answer means).
     """
     normalizer = _resolve_normalizer(cfg, normalizer)
@@ -125,6 +126,11 @@ def policy_loss(
     else:
         tis_weights = jnp.ones_like(mask)
         tis_clipped = jnp.zeros_like(mask)
+    # Masked IS (validated to need ratio_baseline=recompute): tokens outside the band weigh 0.
+    mis_keep = jnp.ones_like(mask)
+    if cfg.mis.enabled:
+        mis_keep = masked_is_keep(old_logp, sampler_logp, mask, cfg.mis.level, cfg.mis.low, cfg.mis.high)
+    tis_weights = tis_weights * mis_keep
 
     policy_term = aggregate(-tis_weights * surrogate)
     loss = policy_term
@@ -152,6 +158,7 @@ def policy_loss(
         normalizer=normalizer,
         tis_weights=tis_weights,
         tis_clipped=tis_clipped,
+        mis_keep=mis_keep,
         kl_per_token=kl_per_token,
         entropy=entropy,
     )
@@ -172,6 +179,7 @@ def _metrics(
     normalizer: Normalizer,
     tis_weights,
     tis_clipped,
+    mis_keep,
     kl_per_token,
     entropy,
 ) -> dict[str, jax.Array]:
@@ -207,6 +215,7 @@ def _metrics(
         "loss/approx_kl": token_mean(kl_estimate(old_logp, logp, "k3")),
         "loss/tis_weight_mean": token_mean(tis_weights),
         "loss/tis_clipped_frac": token_mean(tis_clipped),
+        "loss/mis_masked_frac": token_mean(1.0 - mis_keep),
         "loss/advantage_mean": answer_mean(advantages),
         "loss/advantage_abs_mean": answer_mean(jnp.abs(advantages)),
     }

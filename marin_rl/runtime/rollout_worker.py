@@ -26,8 +26,7 @@ from marin_rl.environments import build_environment
 from marin_rl.environments.decontam import decontamination_summary
 from marin_rl.environments.grading import check_grader_errors, grading_counts
 from marin_rl.inference.graded_sampling import eval_records, sample_and_score, to_rollout
-from marin_rl.inference.sampler import Sampler
-from marin_rl.models.arrays import resolve_dtype
+from marin_rl.inference.backends import build_sampler
 from marin_rl.models.policy import policy_structure
 from marin_rl.rollouts import RolloutGroup
 from marin_rl.runtime.weight_sync import WeightSyncError, arrays_into_model, make_channel
@@ -56,7 +55,8 @@ class RolloutWorker:
         self.incarnation = ray.get(self.coordinator.register_worker.remote(worker_id))  # 0, then +1 per restart
         self.env = build_environment(self.spec.env, seed=derive_seed(self.spec.seed, "env", worker_id))
         self.structure, self.tokenizer = policy_structure(self.spec.model)
-        self.sampler: Sampler | None = None  # built around the first weights that arrive
+        self.run_dir = Path(run_dir)
+        self.sampler = None  # built around the first weights that arrive (inference/backends.py)
         self.channel = make_channel(self.spec.rollout.weight_sync.method, weights_dir)
         self.version = -1
         self.sampler_lock = threading.Lock()
@@ -74,9 +74,9 @@ class RolloutWorker:
         arrays = self.channel.fetch(packet, self.spec.rollout.weight_sync.timeout_s)
         model = arrays_into_model(self.structure, arrays)
         if self.sampler is None:
-            self.sampler = Sampler(
-                model, self.tokenizer, self.spec.sampler, self.spec.model.max_seq_len, version=packet.version,
-                compute_dtype=resolve_dtype(self.spec.hardware.compute_dtype),
+            self.sampler = build_sampler(
+                self.spec, model, self.tokenizer, version=packet.version, seed=derive_seed(self.spec.seed, "sampler"),
+                workdir=self.run_dir / "workers" / f"engine_{self.worker_id}",
             )
         else:
             self.sampler.set_weights(model, packet.version)
@@ -114,6 +114,7 @@ class RolloutWorker:
         seed = self.spec.seed
         with self.sampler_lock:
             t0 = time.monotonic()  # inside the lock: time waiting for an evaluation is not sampling time
+            loads_before = len(self.sampler.load_seconds)
             problems = self.env.sample(n_groups, numpy_rng(seed, "rollout-data", *stream))
             self.sampler.reseed(derive_seed(seed, "rollout-sampling", *stream))
             samples = sample_and_score(
@@ -128,6 +129,8 @@ class RolloutWorker:
             "sampled_tokens": sum(len(r.response_tokens) for g in groups for r in g.rollouts),
             "sample_seconds": time.monotonic() - t0,
             "weight_pull_seconds": self.pull_seconds,
+            # in-place weight loads inside a vLLM engine (the Levanter sampler swaps arrays: none)
+            "engine_load_seconds": sum(self.sampler.load_seconds[loads_before:]),
             **self._grading_since_last_round(),
         }
         check_grader_errors(self.grading_seen, self.spec.env.grading)

@@ -261,6 +261,7 @@ class TrainerActor:
             "throughput/sampled_tokens": sum(st["sampled_tokens"] for st in rounds),
             "time/sample_s": sum(st["sample_seconds"] for st in rounds),
             "time/weight_pull_s": sum(st["weight_pull_seconds"] for st in rounds),
+            "time/engine_weight_load_s": sum(st["engine_load_seconds"] for st in rounds),
             "time/wait_rollouts_s": wait_s,
             **grading,
         })
