@@ -43,6 +43,7 @@ import jax.numpy as jnp
 
 from marin_rl.inference import kernels
 from marin_rl.inference.decoder import check_supported, init_cache
+from marin_rl.inference.requests import check_generation, normalize_prompts
 from marin_rl.inference.stops import eos_token_ids
 from marin_rl.inference.types import Completion, SampleRequest
 from marin_rl.inference.wave import WaveProgress, WaveRequest, WaveRows, pack_prompts
@@ -191,19 +192,10 @@ class Sampler:
         temperature / max_new_tokens default to the sampler config; `on_chunk(chunks_done)` is called between
         decode chunks (weights set from it apply to the next chunk).
         """
-        prompt_list, counts = self._normalize_prompts(prompts, n)
+        prompt_list, counts = normalize_prompts(prompts, n, self.vocab_size)
         temperature = self.cfg.temperature if temperature is None else float(temperature)
-        if temperature < 0:
-            raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
         max_new = self.cfg.max_new_tokens if max_new_tokens is None else int(max_new_tokens)
-        if max_new < 1:
-            raise ValueError(f"max_new_tokens={max_new} must be >= 1")
-        for i, p in enumerate(prompt_list):
-            if len(p) + max_new > self.max_seq_len:
-                raise ValueError(
-                    f"prompt {i} has {len(p)} tokens; with max_new_tokens={max_new} it needs {len(p) + max_new} "
-                    f"slots > max_seq_len={self.max_seq_len} (shorten the prompt or lower max_new_tokens)"
-                )
+        check_generation(prompt_list, temperature, max_new, self.max_seq_len)
         if key is None:
             self._key, key = jax.random.split(self._key)
 
@@ -244,26 +236,6 @@ class Sampler:
             "row_steps": progress.row_steps,  # decoded rows x decode steps, finished rows included
         }
         return results  # type: ignore[return-value]
-
-    def _normalize_prompts(self, prompts, n: int) -> tuple[list[list[int]], list[int]]:
-        if len(prompts) == 0:
-            raise ValueError("generate: prompts is empty")
-        out, counts = [], []
-        for i, p in enumerate(prompts):
-            if isinstance(p, SampleRequest):
-                toks, c = list(p.prompt_tokens), int(p.n)
-            else:
-                toks, c = list(p), int(n)
-            if c < 1:
-                raise ValueError(f"prompt {i}: n={c} generations must be >= 1")
-            if not toks:
-                raise ValueError(f"prompt {i} is empty: a prompt needs at least one token (e.g. BOS)")
-            bad = [t for t in toks if not (0 <= int(t) < self.vocab_size)]
-            if bad:
-                raise ValueError(f"prompt {i} has token ids outside [0, {self.vocab_size}): {bad[:5]}")
-            out.append([int(t) for t in toks])
-            counts.append(c)
-        return out, counts
 
     def _timed(self, name: str, fn, shape_note: str, *args, **kwargs):
         """Run a jitted kernel; log a compile event when its compilation cache grows."""

@@ -53,7 +53,9 @@ def installed_versions(python: str) -> dict[str, str | None]:
             [python, "-c", _PROBE, *CHECKED_PACKAGES], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
         )
     except (OSError, subprocess.TimeoutExpired) as err:
-        raise VllmEnvironmentError(f"hardware.vllm.python={python} does not run ({err}); rebuild: `{BUILD_COMMAND}`")
+        raise VllmEnvironmentError(
+            f"hardware.vllm.python={python} does not run ({err}); rebuild: `{BUILD_COMMAND}`"
+        ) from None
     if out.returncode != 0:
         raise VllmEnvironmentError(
             f"hardware.vllm.python={python} failed ({out.stderr.strip()[-300:]}); rebuild: `{BUILD_COMMAND}`"

@@ -34,6 +34,7 @@ import numpy as np
 
 from marin_rl.config.seeds import derive_seed
 from marin_rl.inference import vllm_protocol as proto
+from marin_rl.inference.requests import check_generation, normalize_prompts
 from marin_rl.inference.stops import eos_token_ids, first_stop
 from marin_rl.inference.types import Completion, SampleRequest
 
@@ -205,19 +206,10 @@ class VllmSampler:
         """n completions of each prompt, as [prompt][n]; see marin_rl.inference.sampler.Sampler.generate."""
         if key is not None:
             raise ValueError("the vLLM sampler takes its randomness from reseed(seed), not a JAX key")
-        prompt_list, counts = self._normalize_prompts(prompts, n)
+        prompt_list, counts = normalize_prompts(prompts, n, self.vocab_size)
         temperature = self.cfg.temperature if temperature is None else float(temperature)
-        if temperature < 0:
-            raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
         max_new = self.cfg.max_new_tokens if max_new_tokens is None else int(max_new_tokens)
-        if max_new < 1:
-            raise ValueError(f"max_new_tokens={max_new} must be >= 1")
-        for i, p in enumerate(prompt_list):
-            if len(p) + max_new > self.max_seq_len:
-                raise ValueError(
-                    f"prompt {i} has {len(p)} tokens; with max_new_tokens={max_new} it needs {len(p) + max_new} "
-                    f"slots > max_seq_len={self.max_seq_len} (shorten the prompt or lower max_new_tokens)"
-                )
+        check_generation(prompt_list, temperature, max_new, self.max_seq_len)
         index = [(pi, j) for pi, c in enumerate(counts) for j in range(c)]
         call = self._calls
         self._calls += 1
@@ -286,23 +278,6 @@ class VllmSampler:
                     stopped.append(r)
                 row.finish = "stop"
         return stopped
-
-    def _normalize_prompts(self, prompts, n: int) -> tuple[list[list[int]], list[int]]:
-        if len(prompts) == 0:
-            raise ValueError("generate: prompts is empty")
-        out, counts = [], []
-        for i, p in enumerate(prompts):
-            toks, c = (list(p.prompt_tokens), int(p.n)) if isinstance(p, SampleRequest) else (list(p), int(n))
-            if c < 1:
-                raise ValueError(f"prompt {i}: n={c} generations must be >= 1")
-            if not toks:
-                raise ValueError(f"prompt {i} is empty: a prompt needs at least one token (e.g. BOS)")
-            bad = [t for t in toks if not (0 <= int(t) < self.vocab_size)]
-            if bad:
-                raise ValueError(f"prompt {i} has token ids outside [0, {self.vocab_size}): {bad[:5]}")
-            out.append([int(t) for t in toks])
-            counts.append(c)
-        return out, counts
 
     def _decode_text(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)

@@ -208,8 +208,8 @@ def main() -> None:
     inp = sys.stdin.buffer
     try:
         serve(inp, out)
-    except proto.EngineProcessError:
-        raise
+    except proto.EngineProcessError as err:  # the worker closed the pipe (it exited or was killed): so do we
+        print(f"vllm_server: exiting: {err}", file=sys.stderr, flush=True)
     except BaseException as err:  # tell the worker what failed before exiting
         try:
             proto.send(out, {"ok": False, "error": f"{type(err).__name__}: {err}"})

@@ -14,8 +14,8 @@ def eval_main(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     """mode=eval: sample the held-out set with the configured policy in this process (no Ray) and summarize."""
 
     from marin_rl.environments import build_environment
-    from marin_rl.inference.graded_sampling import eval_records, sample_and_score
     from marin_rl.inference.backends import build_sampler
+    from marin_rl.inference.graded_sampling import eval_records, sample_and_score
     from marin_rl.models.policy import build_policy
     from marin_rl.runlog.eval_summary import summarize_eval
 

@@ -8,8 +8,8 @@ from marin_rl.config.seeds import derive_seed, jax_key, numpy_rng
 from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
 from marin_rl.environments.synthetic import Sample, generate_synthetic
-from marin_rl.inference.prompts import encode_prompt, fit_prompt, prompt_style
 from marin_rl.inference.backends import build_sampler
+from marin_rl.inference.prompts import encode_prompt, fit_prompt, prompt_style
 from marin_rl.models.policy import build_policy
 
 

@@ -25,8 +25,8 @@ from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
 from marin_rl.environments.decontam import decontamination_summary
 from marin_rl.environments.grading import check_grader_errors, grading_counts
-from marin_rl.inference.graded_sampling import eval_records, sample_and_score, to_rollout
 from marin_rl.inference.backends import build_sampler
+from marin_rl.inference.graded_sampling import eval_records, sample_and_score, to_rollout
 from marin_rl.models.policy import policy_structure
 from marin_rl.rollouts import RolloutGroup
 from marin_rl.runtime.weight_sync import WeightSyncError, arrays_into_model, make_channel
