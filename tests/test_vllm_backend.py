@@ -8,31 +8,25 @@ attention refuses the default tiny model's 16.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from spec_helpers import compose_spec
+from vllm_helpers import VLLM_PY, needs_vllm
 
 from marin_rl.config.preflight import PreflightError, preflight
 from marin_rl.config.spec import ModelConfig, SamplerConfig, VllmConfig
 from marin_rl.inference.vllm_env import VllmEnvironmentError, check_vllm_environment
-from marin_rl.inference.vllm_sampler import VllmSampler, vllm_python
+from marin_rl.inference.vllm_sampler import VllmSampler
 from marin_rl.models.policy import build_policy
 from marin_rl.training.logprobs import response_logprobs
 
 MAX_SEQ_LEN = 64
 TEACHER_LEN = 48
 TOL = 1e-4  # float32 on the CPU: measured max gap 1.9e-6
-VLLM_PY = vllm_python(VllmConfig())
 
-pytestmark = pytest.mark.skipif(
-    not Path(VLLM_PY).exists() and os.environ.get("CI") != "true",
-    reason=f"no vLLM environment at {VLLM_PY}: `make vllm` builds it (`make test` does)",
-)
+pytestmark = needs_vllm
 
 
 def tiny(seed: int):
