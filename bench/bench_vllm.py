@@ -50,6 +50,7 @@ def best_rate(sampler, prompts, n: int, repeats: int) -> float:
 def update_seconds(sampler, models, repeats: int) -> float:
     """Mean seconds from set_weights to the new weights being live (a 1-token generation applies them)."""
     prompts = [[1]]
+    sampler.generate(prompts, 1, max_new_tokens=1)  # compile the 1-row shapes outside the timing
     times = []
     for i in range(repeats):
         t0 = time.perf_counter()

@@ -100,7 +100,10 @@ class VllmSampler:
         self.workdir.mkdir(parents=True, exist_ok=True)
         model_dir = export_hf(model, tokenizer, self.workdir / "model", dtype=dtype, overwrite=True)
         self._stderr = open(self.workdir / "engine.log", "ab")
-        env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), VLLM_ENABLE_V1_MULTIPROCESSING="0")
+        # nobind: vLLM's CPU backend otherwise pins its threads to fixed cores, and on a machine whose cores it
+        # shares with the trainer (and whatever else runs) a pinned thread waits behind them instead of migrating
+        env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), VLLM_ENABLE_V1_MULTIPROCESSING="0",
+                   VLLM_CPU_OMP_THREADS_BIND="nobind")
         env.pop("JAX_PLATFORMS", None)
         self._proc = subprocess.Popen(
             [vllm_python(vllm_cfg), "-m", "marin_rl.inference.vllm_server"],
