@@ -124,6 +124,8 @@ class HardwareConfig(StrictModel):
     inference_backend: Literal["levanter", "vllm", "tpu_inference"] = "levanter"
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
     param_dtype: Literal["float32", "bfloat16"] = "float32"
+    # trainer forward/backward: Llama layers as straight-line code instead of Levanter's layer scan
+    trainer_unroll_layers: bool = False
 
     @model_validator(mode="after")
     def _backend_fits_accelerator(self) -> "HardwareConfig":
