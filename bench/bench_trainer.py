@@ -1,11 +1,18 @@
-"""Trainer throughput on the tiny model (after compile): tokens/s of full RL train steps (forward, backward, AdamW).
+"""Trainer throughput and model-FLOPs utilisation (MFU) of full RL train steps (forward, backward, AdamW).
 
-    .venv/bin/python bench/bench_trainer.py                         # conf/model/tiny.yaml, batch 64 x seq 128
-    .venv/bin/python bench/bench_trainer.py --batch 64 --seq 64 --micro-batch 16 --steps 10 --vocab-chunk 32
+    .venv/bin/python bench/bench_trainer.py                     # conf/model/tiny.yaml, batch 64 x seq 128 rows
+    .venv/bin/python bench/bench_trainer.py --preset grpo-4m    # 4.2M-param Llama, GRPO batch 4 prompts x 8
+    .venv/bin/python bench/bench_trainer.py --preset grpo-4m --unroll-layers off   # Levanter's layer scan
 
-Batches are real char-tokenizer rows (prompt + response, right-padded) with the response half masked in, so the
-numbers count every position the model processes ("tokens/s") and the response tokens the loss sees ("loss
-tokens/s"). The first step (compile) is reported separately; the rate is the median over --steps later steps.
+--preset grpo-4m: conf/model/tiny.yaml with hidden 256, MLP 1024, 4 layers (4.2M parameters, ~100-char vocab),
+conf/loss/grpo.yaml (KL to a reference model), 4 prompts x 8 generations of real RolloutGroups whose answers are
+~30 of at most 32 new tokens; they go through the trainer actor's own path (prepare_batch, length_bucket,
+pack_rollouts, pad_train_batch, Trainer.train_step). Without a preset, batches are char-tokenizer rows of --seq.
+
+Printed: step seconds (median over --steps steps after the compile step), tokens per step (real = prompt + response
+tokens, padded = rows x bucket length), model FLOPs per step = 6 x params x padded tokens (what the matmuls run on;
+the KL reference forward, 2 x params x padded tokens more, is not counted), achieved GFLOP/s, the machine's JAX f32
+matmul peak measured here (best of square matmuls 512-2048) and MFU = achieved / peak.
 """
 
 from __future__ import annotations
@@ -23,16 +30,45 @@ import yaml
 from marin_rl.config.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
 from marin_rl.models.policy import build_policy, count_params
 from marin_rl.objectives import LossConfig
-from marin_rl.training.trainer import TrainBatch, Trainer
+from marin_rl.rollouts import Rollout, RolloutGroup
+from marin_rl.training.batch import length_bucket, pack_rollouts
+from marin_rl.training.data_processing import prepare_batch
+from marin_rl.training.trainer import TrainBatch, Trainer, pad_train_batch
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
+PRESETS = {
+    "grpo-4m": {
+        "model": {"hidden_dim": 256, "intermediate_dim": 1024, "num_layers": 4},
+        "loss": "grpo",
+        "prompts": 4,
+        "generations": 8,
+        "max_new_tokens": 32,
+        "answer_tokens": 30,
+    },
+}
+MATMUL_SIZES = (512, 1024, 2048)
 
 
 def load_yaml(group: str, name: str) -> dict:
     return yaml.safe_load((CONF / group / f"{name}.yaml").read_text())
 
 
-def make_batch(tokenizer, batch: int, seq: int, seed: int) -> TrainBatch:
+def matmul_peak_gflops(sizes=MATMUL_SIZES, repeats: int = 5) -> float:
+    """Best f32 GFLOP/s of jitted square matmuls (2 n^3 FLOPs each) on this JAX backend."""
+    best = 0.0
+    for n in sizes:
+        a = jnp.asarray(np.random.default_rng(n).standard_normal((n, n), np.float32))
+        f = jax.jit(lambda x, y: x @ y)
+        f(a, a).block_until_ready()
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            f(a, a).block_until_ready()
+            best = max(best, 2 * n**3 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def make_rows_batch(tokenizer, batch: int, seq: int, seed: int) -> tuple[TrainBatch, int]:
+    """(char-tokenizer rows 'Q: a+b / A: ' + answer padded with spaces to seq, real tokens)."""
     rng = np.random.default_rng(seed)
     tokens = np.full((batch, seq), tokenizer.pad_token_id, np.int32)
     mask = np.zeros((batch, seq), np.float32)
@@ -43,41 +79,100 @@ def make_batch(tokenizer, batch: int, seq: int, seed: int) -> TrainBatch:
         row = (prompt + response)[:seq]
         tokens[i, : len(row)] = row
         mask[i, len(prompt) : len(row)] = 1.0
-    return TrainBatch(
+    train_batch = TrainBatch(
         jnp.asarray(tokens),
         jnp.asarray(mask),
         jnp.asarray(rng.normal(size=batch).astype(np.float32)),
         jnp.full((batch, seq), -np.log(len(tokenizer)), jnp.float32),
     )
+    return train_batch, batch * seq
+
+
+def make_groups(tokenizer, preset: dict, seed: int) -> list[RolloutGroup]:
+    """GRPO-shaped groups: per prompt, `generations` answers of ~answer_tokens tokens with 0/1 rewards."""
+    rng = np.random.default_rng(seed)
+    vocab = len(tokenizer)
+    groups = []
+    for p in range(preset["prompts"]):
+        a, b = rng.integers(0, 1000, 2)
+        prompt = np.asarray(tokenizer(f"Q: {a}+{b}\nA: ").input_ids, np.int32)
+        rollouts = []
+        for g in range(preset["generations"]):
+            n = int(np.clip(preset["answer_tokens"] + rng.integers(-4, 3), 1, preset["max_new_tokens"]))
+            reward = float(rng.integers(0, 2))
+            rollouts.append(Rollout(
+                problem_id=f"bench-{p}", env="bench", prompt_tokens=prompt,
+                response_tokens=rng.integers(3, vocab, n).astype(np.int32),
+                sampler_logp=np.full(n, -np.log(vocab), np.float32), versions=np.zeros(n, np.int32),
+                reward=reward, correct=bool(reward), format_ok=True, truncated=n == preset["max_new_tokens"],
+            ))
+        groups.append(RolloutGroup(tuple(rollouts)))
+    return groups
+
+
+def make_groups_batch(tokenizer, preset, loss_cfg, batch_size, max_seq_len, seed) -> tuple[TrainBatch, int]:
+    """The trainer actor's path (runtime/trainer_actor.py `_optimizer_step`): (padded batch, real tokens)."""
+    prepared = prepare_batch(
+        make_groups(tokenizer, preset, seed), loss_cfg, preset["max_new_tokens"], preset["prompts"]
+    )
+    rollouts = prepared.rollouts
+    lengths = [len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts]
+    seq_len = length_bucket(max(lengths), max_seq_len)
+    packed = pack_rollouts(
+        rollouts, prepared.advantages_B, seq_len, tokenizer.pad_token_id, loss_cfg.overlong.filter_truncated
+    )
+    batch = pad_train_batch(
+        TrainBatch(packed.tokens_BS, packed.loss_mask_BS, packed.advantages_B, packed.sampler_logp_BS),
+        batch_size, seq_len, tokenizer.pad_token_id,
+    )
+    return batch, sum(lengths)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="model shape + GRPO batch")
     parser.add_argument("--model", default="tiny", help="conf/model/NAME.yaml (kind=tiny only)")
-    parser.add_argument("--loss", default="dapo_global", help="conf/loss/NAME.yaml")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--loss", default=None, help="conf/loss/NAME.yaml (default: dapo_global, or the preset's)")
+    parser.add_argument("--batch", type=int, default=64, help="rows per step (no preset)")
+    parser.add_argument("--seq", type=int, default=128, help="row length (no preset)")
     parser.add_argument("--micro-batch", type=int, default=None)
     parser.add_argument("--vocab-chunk", type=int, default=None)
+    parser.add_argument(
+        "--unroll-layers", choices=["config", "on", "off"], default="config",
+        help="hardware.trainer_unroll_layers: config = conf/hardware/cpu.yaml's value",
+    )
     parser.add_argument("--steps", type=int, default=10, help="timed steps after the compile step")
     args = parser.parse_args()
 
-    model_cfg = ModelConfig(**load_yaml("model", args.model))
+    preset = PRESETS[args.preset] if args.preset else None
+    model_cfg = ModelConfig(**{**load_yaml("model", args.model), **(preset["model"] if preset else {})})
     if model_cfg.kind != "tiny":
         raise SystemExit(f"--model {args.model}: this benchmark builds kind=tiny models only")
-    if args.seq > model_cfg.max_seq_len:
+    if not preset and args.seq > model_cfg.max_seq_len:
         model_cfg = model_cfg.model_copy(update={"max_seq_len": args.seq})
-    loss_cfg = LossConfig(**load_yaml("loss", args.loss))
+    loss_name = args.loss or (preset["loss"] if preset else "dapo_global")
+    loss_cfg = LossConfig(**load_yaml("loss", loss_name))
     opt_cfg = OptimizerConfig(**load_yaml("optimizer", "adamw"))
     hardware = HardwareConfig(**load_yaml("hardware", "cpu"))
-    train = TrainConfig(batch_size=args.batch, micro_batch_size=args.micro_batch, steps=args.steps + 1)
+    if args.unroll_layers != "config":
+        hardware = hardware.model_copy(update={"trainer_unroll_layers": args.unroll_layers == "on"})
+    batch_size = preset["prompts"] * preset["generations"] if preset else args.batch
+    train = TrainConfig(batch_size=batch_size, micro_batch_size=args.micro_batch, steps=args.steps + 1)
 
     model, tokenizer, _ = build_policy(model_cfg, jax.random.PRNGKey(0))
     trainer = Trainer(
-        model_cfg, opt_cfg, loss_cfg, train, hardware, sampler_temperature=1.0, vocab_chunk=args.vocab_chunk
+        model_cfg, opt_cfg, loss_cfg, train, hardware, sampler_temperature=1.0, vocab_chunk=args.vocab_chunk,
+        reference_model=model if loss_cfg.kl.coef > 0 else None,
     )
     state = trainer.init_state(model)
-    batches = [make_batch(tokenizer, args.batch, args.seq, seed) for seed in range(args.steps + 1)]
+    if preset:
+        made = [
+            make_groups_batch(tokenizer, preset, loss_cfg, batch_size, model_cfg.max_seq_len, seed)
+            for seed in range(args.steps + 1)
+        ]
+    else:
+        made = [make_rows_batch(tokenizer, args.batch, args.seq, seed) for seed in range(args.steps + 1)]
+    batches = [b for b, _ in made]
 
     t0 = time.perf_counter()
     state, _ = trainer.train_step(state, batches[0])
@@ -88,21 +183,29 @@ def main() -> None:
         state, metrics = trainer.train_step(state, batch)  # returns python floats: the step has finished
         times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
+    params = count_params(model)
+    padded_tokens = float(np.mean([b.tokens.size for b in batches[1:]]))
+    real_tokens = float(np.mean([n for _, n in made[1:]]))
     loss_tokens = float(np.mean([float(b.loss_mask.sum()) for b in batches[1:]]))
+    model_gflop = 6 * params * padded_tokens / 1e9
+    achieved = model_gflop / step_s
+    peak = matmul_peak_gflops()
     print(
-        f"model {args.model} ({count_params(model):,} params, vocab {len(tokenizer)}), loss {args.loss}, "
-        f"batch {args.batch} x seq {args.seq}, micro-batch {args.micro_batch or args.batch}, "
-        f"vocab chunk {args.vocab_chunk}, {jax.devices()[0].platform}"
+        f"model {args.model}{' preset ' + args.preset if preset else ''} ({params:,} params, vocab "
+        f"{len(tokenizer)}), loss {loss_name}, batch {batch_size} x seq {batches[1].tokens.shape[1]}, "
+        f"micro-batch {args.micro_batch or batch_size}, vocab chunk {args.vocab_chunk}, "
+        f"unroll layers {trainer.unroll_layers}, {jax.devices()[0].platform}"
     )
     print(f"compile + first step: {compile_s:.1f} s; recompiles after: {trainer.traces - 1}")
     print(
-        f"step: median {step_s * 1e3:.1f} ms over {len(times)} steps (min {min(times) * 1e3:.1f}, "
-        f"max {max(times) * 1e3:.1f})"
+        f"step: median {step_s:.3f} s over {len(times)} steps (min {min(times):.3f}, max {max(times):.3f})"
     )
     print(
-        f"tokens/s: {args.batch * args.seq / step_s:,.0f} (all positions), "
-        f"{loss_tokens / step_s:,.0f} (loss tokens)"
+        f"tokens/step: {padded_tokens:,.0f} padded, {real_tokens:,.0f} real (prompt + response), "
+        f"{loss_tokens:,.0f} loss"
     )
+    print(f"model FLOPs/step: 6 x params x padded tokens = {model_gflop:.1f} GFLOP; achieved {achieved:.1f} GFLOP/s")
+    print(f"JAX f32 matmul peak (square {MATMUL_SIZES}): {peak:.1f} GFLOP/s; MFU {achieved / peak:.1%}")
 
 
 if __name__ == "__main__":

@@ -4,12 +4,15 @@ A new hardware key without an entry here fails the walk."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import pytest
 from spec_helpers import compose_spec
 
 from marin_rl.config.memory import check_memory_plan, memory_plan
 from marin_rl.config.plan import actor_plan
 from marin_rl.config.spec import HardwareConfig, SpecError
+from marin_rl.models.policy import build_policy
 from marin_rl.runtime.ray_cluster import actor_runtime_env
 from marin_rl.training.trainer import Trainer
 
@@ -41,6 +44,13 @@ def trainer_dtypes(spec):
     return str(t.param_dtype), str(t.compute_dtype)
 
 
+def trainer_layer_scan(spec) -> bool:
+    """Whether the trainer's traced log-prob forward loops over the layers with a scan."""
+    model, tokenizer, _ = build_policy(spec.model, jax.random.PRNGKey(0))
+    t = Trainer(spec.model, spec.optimizer, spec.loss, spec.train, spec.hardware, spec.sampler.temperature)
+    return "scan[" in str(jax.make_jaxpr(t._logprobs_impl)(model, jnp.zeros((2, 8), jnp.int32)))
+
+
 # key -> (overrides A, overrides B, what it changes)
 EFFECTS = {
     "name": (["hardware.name=a"], ["hardware.name=b"], lambda s: s.model_dump()["hardware"]["name"]),  # run records
@@ -61,6 +71,9 @@ EFFECTS = {
         [], ["hardware.rollout_resources.num_cpus=3"], lambda s: group(s, "rollout_worker").resources.num_cpus,
     ),
     "compute_dtype": ([], ["hardware.compute_dtype=bfloat16"], lambda s: (trainer_dtypes(s)[1], memory_plan(s).trainer["activations"])),
+    "trainer_unroll_layers": (
+        ["hardware.trainer_unroll_layers=false"], ["hardware.trainer_unroll_layers=true"], trainer_layer_scan
+    ),
     "param_dtype": ([], ["hardware.param_dtype=bfloat16"], lambda s: (trainer_dtypes(s)[0], memory_plan(s).trainer["parameters"])),
 }
 

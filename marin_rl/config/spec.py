@@ -136,6 +136,8 @@ class HardwareConfig(StrictModel):
     inference_backend: Literal["levanter", "vllm", "tpu_inference"] = "levanter"
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
     param_dtype: Literal["float32", "bfloat16"] = "float32"
+    # trainer forward/backward: Llama layers as straight-line code instead of Levanter's layer scan
+    trainer_unroll_layers: bool = False
 
     vllm: VllmConfig = VllmConfig()  # read only when inference_backend=vllm
 

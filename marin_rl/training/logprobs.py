@@ -19,10 +19,12 @@ import haliax as hax
 import jax
 import jax.numpy as jnp
 from levanter.layers.attention import AttentionMask
+from levanter.models.llama import LlamaDecoderLayer, LlamaTransformer
 from levanter.models.lm_model import LmHeadModel
 
 BATCH_AXIS = "batch"
 POS_AXIS = "position"
+TOKEN_AXIS = "token"  # batch x position flattened (the unrolled MLP)
 
 
 class TokenStats(NamedTuple):
@@ -30,11 +32,52 @@ class TokenStats(NamedTuple):
     entropy: jax.Array  # f32[B, S]: entropy of the predictive distribution of token t; 0 at t = 0
 
 
-def hidden_states(model: LmHeadModel, tokens: jax.Array) -> jax.Array:
-    """Final (post-norm) hidden states f32/bf16[B, S, E] of a causal forward pass over int32 tokens[B, S]."""
-    B, S = tokens.shape
+def unrollable(model: LmHeadModel) -> bool:
+    """True for a Levanter Llama whose stacked layers `unrolled_activations` can call one by one."""
+    transformer = getattr(model, "transformer", None)
+    if type(transformer) is not LlamaTransformer or not hasattr(transformer.layers, "unstacked"):
+        return False
+    return all(type(layer) is LlamaDecoderLayer for layer in transformer.layers.unstacked())
+
+
+def unrolled_layer(layer, x: hax.NamedArray) -> hax.NamedArray:
+    """LlamaDecoderLayer.__call__ (causal, no dropout key) with the MLP applied to (batch x position) flattened
+    into one token axis: the MLP's weight gradients then contract a 2-D [tokens, width] array, which XLA's CPU
+    backend transposes cheaply, instead of a 3-D one whose fused transposing copies were ~1/4 of the step."""
+    residual = x
+    attn_output = layer.self_attn(x=layer.input_layernorm(x), mask=AttentionMask.causal(), key=None, pos_ids=None)
+    if layer.post_attn_layernorm is not None:
+        attn_output = layer.post_attn_layernorm(attn_output)
+    x = residual + attn_output
+    h_flat = hax.flatten_axes(layer.post_attention_layernorm(x), (BATCH_AXIS, POS_AXIS), TOKEN_AXIS)
+    mlp_output = hax.unflatten_axis(
+        layer.mlp(h_flat, key=None), TOKEN_AXIS, (x.resolve_axis(BATCH_AXIS), x.resolve_axis(POS_AXIS))
+    )
+    if layer.post_mlp_layernorm is not None:
+        mlp_output = layer.post_mlp_layernorm(mlp_output)
+    return x + mlp_output
+
+
+def unrolled_activations(model: LmHeadModel, ids: hax.NamedArray) -> hax.NamedArray:
+    """LlamaLMHeadModel.activations with the layer scan written out as a Python loop (the same modules and math).
+
+    Why: XLA's CPU backend fuses the backward pass's weight-gradient transposes with dynamic slices of the scan's
+    stacked residuals into slow strided copies; with straight-line layers those slices disappear.
+    """
+    x = model.embeddings.embed(ids)
+    for layer in model.transformer.layers.unstacked():
+        x = unrolled_layer(layer, x)
+    return model.transformer.norm(x)
+
+
+def hidden_states(model: LmHeadModel, tokens: jax.Array, unroll_layers: bool = False) -> jax.Array:
+    """Final (post-norm) hidden states f32/bf16[B, S, E] of a causal forward pass over int32 tokens[B, S];
+    `unroll_layers` traces Llama layers one by one instead of Levanter's scan (other models: the scan)."""
     ids = hax.named(tokens.astype(jnp.int32), (BATCH_AXIS, POS_AXIS))
-    h = model.activations(ids, AttentionMask.causal(), key=None)
+    if unroll_layers and unrollable(model):
+        h = unrolled_activations(model, ids)
+    else:
+        h = model.activations(ids, AttentionMask.causal(), key=None)
     if isinstance(h, tuple):  # MoE models return (activations, aux_loss)
         h = h[0]
     return h.rearrange((BATCH_AXIS, POS_AXIS, model.Embed.name)).array
@@ -102,14 +145,18 @@ def _streaming_stats(
 
 
 def token_stats(
-    model: LmHeadModel, tokens: jax.Array, temperature: float = 1.0, vocab_chunk: int | None = None
+    model: LmHeadModel,
+    tokens: jax.Array,
+    temperature: float = 1.0,
+    vocab_chunk: int | None = None,
+    unroll_layers: bool = False,
 ) -> TokenStats:
     """Per-token log-probs and predictive entropies f32[B, S] of right-padded tokens (see module docstring)."""
     if temperature <= 0:
         raise ValueError(
             f"temperature={temperature} must be > 0 for log-probabilities (greedy has no density)"
         )
-    h = hidden_states(model, tokens)
+    h = hidden_states(model, tokens, unroll_layers)
     w = lm_head_matrix(model)
     # position t-1 predicts token t: drop the last hidden state, drop the first target
     stats = _streaming_stats(h[:, :-1], w, tokens[:, 1:].astype(jnp.int32), temperature, vocab_chunk)

@@ -174,6 +174,7 @@ class Trainer:
         self.model_cfg, self.opt_cfg, self.loss_cfg = model_cfg, opt_cfg, loss_cfg
         self.train_cfg, self.hardware_cfg = train_cfg, hardware_cfg
         self.temperature = float(sampler_temperature)
+        self.unroll_layers = hardware_cfg.trainer_unroll_layers
         self.vocab_chunk = vocab_chunk if vocab_chunk is not None else model_cfg.logprob_vocab_chunk
         self.batch_size = train_cfg.batch_size
         self.micro_batch_size = train_cfg.micro_batch_size or train_cfg.batch_size
@@ -240,7 +241,7 @@ class Trainer:
     # ---- log-probs -------------------------------------------------------------------------------------------
     def _logprobs_impl(self, model, tokens):
         return token_stats(
-            cast_floating(model, self.compute_dtype), tokens, self.temperature, self.vocab_chunk
+            cast_floating(model, self.compute_dtype), tokens, self.temperature, self.vocab_chunk, self.unroll_layers
         ).logp
 
     def logprobs(self, model: Any, tokens: jax.Array) -> jax.Array:
@@ -255,7 +256,7 @@ class Trainer:
     def _micro_loss(self, params, static, micro: TrainBatch, normalizer, ref_model):
         cfg = self.loss_cfg
         model = cast_floating(eqx.combine(params, static), self.compute_dtype)
-        stats = token_stats(model, micro.tokens, self.temperature, self.vocab_chunk)
+        stats = token_stats(model, micro.tokens, self.temperature, self.vocab_chunk, self.unroll_layers)
         # One optimizer step per batch, so the pre-update trainer log-probs ARE this forward's values.
         old_logp = (
             micro.sampler_logp if cfg.ratio_baseline == "sampler" else jax.lax.stop_gradient(stats.logp)
@@ -263,7 +264,7 @@ class Trainer:
         ref_logp = micro.ref_logp
         if ref_logp is None and ref_model is not None:
             ref_logp = jax.lax.stop_gradient(
-                token_stats(ref_model, micro.tokens, self.temperature, self.vocab_chunk).logp
+                token_stats(ref_model, micro.tokens, self.temperature, self.vocab_chunk, self.unroll_layers).logp
             )
         entropy = stats.entropy if cfg.entropy_coef != 0 else jax.lax.stop_gradient(stats.entropy)
         return policy_loss(
