@@ -8,6 +8,8 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 DIR    ?=
 DATA   ?= ../shared/data
 AUDIT  := outputs/grader_audit
+PEERS  := .venv-peers
+PEERS_STAMP := $(PEERS)/.installed-stamp
 ARGS   ?=
 
 # No network at run time: wandb offline, no HF hub, JAX on the CPU unless the user says otherwise.
@@ -15,10 +17,10 @@ export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install vllm run test test-slow lint report audit bench clean lock lock-vllm help
+.PHONY: install vllm run test test-slow lint report audit bench bench-peers clean lock lock-vllm help
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"marin-rl needs Python 3.11 (levanter 1.2.dev1644), found {sys.version.split()[0]}; set PYTHON=python3.11"'
@@ -67,6 +69,16 @@ bench: install  ## print sampler, trainer and grading throughput
 	$(PY) bench/bench_trainer.py
 	$(PY) bench/bench_grading.py
 
+# The peers venv (torch CPU + transformers 5 + trl) exists only for bench-peers: never built by install or test.
+$(PEERS_STAMP): bench/peers-requirements.txt
+	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(PEERS)/bin/python -m pip install --quiet -r bench/peers-requirements.txt
+	touch $(PEERS_STAMP)
+
+bench-peers: install $(PEERS_STAMP)  ## ours vs HF generate / TRL GRPO / memcpy, one table (builds .venv-peers once)
+	$(PY) bench/peers.py --peers-python $(PEERS)/bin/python $(ARGS)
+
 lock: install  ## re-pin constraints.txt from the current .venv
 	(echo "# Full pinned set, measured to install and work together (Python 3.11, CPU). Regenerate: make lock"; \
 	 $(PY) -m pip freeze --exclude-editable | grep -v '^marin-rl') > constraints.txt
@@ -76,5 +88,5 @@ lock-vllm: vllm  ## re-pin requirements-vllm.txt from the current .venv-vllm
 	mv requirements-vllm.txt.new requirements-vllm.txt
 
 clean:  ## remove the venvs, caches and run outputs
-	rm -rf $(VENV) $(VLLM_VENV) outputs multirun .pytest_cache .ruff_cache wandb
+	rm -rf $(VENV) $(VLLM_VENV) $(PEERS) outputs multirun .pytest_cache .ruff_cache wandb
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,326 @@
+"""marin-rl against the tools users would pick instead, side by side on the same random weights: one table.
+
+    make bench-peers                                  # builds .venv-peers once, then runs this with .venv
+    .venv/bin/python bench/peers.py --peers-python .venv-peers/bin/python [--out bench/results]
+
+Steps (each side in its own subprocess; peer scripts run in .venv-peers and never import marin_rl):
+1. export random tiny Llamas of ~0.15M, ~4M and ~20M parameters with marin_rl.models.hf_io.export_hf;
+2. sampler tokens/s: bench/peers_ours_sampler.py (our Sampler) vs bench/peers_hf_generate.py (HF generate),
+   batch 32 x 128 new tokens, EOS not a stop on either side;
+3. RL steps/s and sampled tokens/s: `launch.py recipe=quickstart` with overrides (GRPO without KL, no SFT,
+   4 prompts x 8 generations, 32 new tokens, weights from the export) vs bench/peers_trl_grpo.py (TRL
+   GRPOTrainer, same settings, the same mock reverse task and exact-match reward), mean answer lengths reported;
+4. weight sync: bench/peers_weight_sync.py (ObjectStoreChannel and FileChannel publish + fetch vs a memcpy);
+5. in-flight vs sync: the same launch.py run with rollout.mode=sync and =inflight and longer answers.
+Sides alternate (ours first for one size, the peer first for the next). The table goes to stdout and to
+--out/peers-<UTC time>.md, the raw JSON rows to peers-<UTC time>.json, subprocess logs to peers-<UTC time>/.
+Ratios are the claim: absolute times move with whatever else runs on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+
+# name -> tiny-Llama shape (conf/model/tiny.yaml fields); vocab = the char tokenizer's 100 tokens
+SIZES = {
+    "0.15M": {"hidden_dim": 64, "intermediate_dim": 256, "num_layers": 2, "num_heads": 4},  # = conf/model/tiny
+    "4M": {"hidden_dim": 256, "intermediate_dim": 1024, "num_layers": 4, "num_heads": 4},
+    "20M": {"hidden_dim": 512, "intermediate_dim": 1536, "num_layers": 6, "num_heads": 8},
+}
+SAMPLER_PROMPTS = ["2+2=", "Hello there", "12*3=", "abc", "What is 7-5?", "x", "The answer is", "9/3"]
+
+
+def parse_json_lines(text: str) -> list[dict]:
+    """The JSON objects among a subprocess's stdout lines (libraries may print other lines)."""
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def ours_rl_rates(rows: list[dict], warmup: int) -> dict:
+    """Steady-state rates of a marin-rl run from its metrics.jsonl rows: steps after step `warmup` over the
+    wall clock (`time_s`) between the end of step `warmup` and the end of the last step."""
+    by_step = {int(r["step"]): r for r in rows if "step" in r and "time_s" in r}
+    last = max(by_step)
+    if warmup not in by_step or last <= warmup:
+        raise ValueError(f"need metrics rows for step {warmup} and later steps; got steps {sorted(by_step)}")
+    timed = [by_step[s] for s in range(warmup + 1, last + 1) if s in by_step]
+    seconds = by_step[last]["time_s"] - by_step[warmup]["time_s"]
+    steps = last - warmup
+    sample_s = sum(r.get("time/sample_s", 0.0) for r in timed)
+    train_s = sum(r.get("time/train_step_s", 0.0) for r in timed)
+    return {
+        "timed_steps": steps,
+        "seconds": seconds,
+        "steps_per_s": steps / seconds,
+        "sampled_tokens_per_s": sum(r.get("throughput/sampled_tokens", 0) for r in timed) / seconds,
+        "mean_answer_len": sum(r["rollout/response_len_mean"] for r in timed) / len(timed),
+        "sample_s_per_step": sample_s / steps,
+        "train_s_per_step": train_s / steps,
+    }
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    """a / b as 'x.xx' (or '-' when either side is missing)."""
+    if a is None or b is None or b == 0:
+        return "-"
+    return f"{a / b:.2f}"
+
+
+def fmt(x: float | None, digits: int = 0) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+class Runner:
+    """Runs one side's subprocess, keeps its log, returns its JSON rows (an empty list on failure, noted)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.failures: list[str] = []
+
+    def run(self, name: str, cmd: list[str], env: dict[str, str]) -> list[dict]:
+        print(f"[bench-peers] {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+        log = self.log_dir / f"{name}.log"
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        log.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+        if proc.returncode != 0:
+            tail = proc.stderr.strip().splitlines()[-3:]
+            self.failures.append(f"{name}: exit {proc.returncode} ({log}): {' | '.join(tail)}")
+            print(f"[bench-peers] {name} FAILED, see {log}", file=sys.stderr, flush=True)
+            return []
+        return parse_json_lines(proc.stdout)
+
+
+def ours_env() -> dict[str, str]:
+    """The main venv's environment with this checkout first on the import path (Ray actors inherit it)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env.setdefault("WANDB_MODE", "disabled")
+    return env
+
+
+def peers_env() -> dict[str, str]:
+    """The environment for .venv-peers scripts: no PYTHONPATH, so marin_rl cannot leak in."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def export_models(out: Path, seed: int, max_seq_len: int) -> dict[str, str]:
+    """Random tiny Llamas (run seed `seed`) written as HF folders by the project's exporter; name -> folder."""
+    import jax
+
+    from marin_rl.config.seeds import jax_key
+    from marin_rl.config.spec import ModelConfig
+    from marin_rl.models.hf_io import export_hf
+    from marin_rl.models.policy import build_policy
+
+    folders = {}
+    for name, shape in SIZES.items():
+        cfg = ModelConfig(name=f"bench-{name}", kind="tiny", max_seq_len=max_seq_len, **shape)
+        model, tok, _ = build_policy(cfg, jax_key(seed, "bench-peers", "init"))
+        folders[name] = str(export_hf(model, tok, out / name, overwrite=True))
+        print(f"[bench-peers] exported {name} -> {folders[name]} ({jax.devices()[0]})", file=sys.stderr, flush=True)
+    return folders
+
+
+def write_inputs(out: Path, seed: int, n_problems: int, rows: int) -> tuple[Path, Path]:
+    """prompts.json (sampler prompt token ids) and problems.jsonl (the mock reverse task, rendered) for both sides."""
+    import yaml
+
+    from marin_rl.config.seeds import numpy_rng
+    from marin_rl.environments import build_environment
+    from marin_rl.environments.config import EnvConfig
+    from marin_rl.models.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    prompts = out / "prompts.json"
+    prompts.write_text(json.dumps({
+        "prompt_ids": [tok(p)["input_ids"] for p in SAMPLER_PROMPTS],
+        "n": rows // len(SAMPLER_PROMPTS),
+        "pad_id": tok.pad_token_id,
+    }))
+    env = build_environment(EnvConfig(**yaml.safe_load((ROOT / "conf/env/mock_reverse.yaml").read_text())), seed)
+    problems = out / "problems.jsonl"
+    with problems.open("w") as handle:
+        for p in env.sample(n_problems, numpy_rng(seed, "bench-peers", "problems")):
+            handle.write(json.dumps({"prompt": env.render(p), "gold": p.gold}) + "\n")
+    return prompts, problems
+
+
+def launch_overrides(args, folder: str, shape: dict, run_dir: Path, steps: int, new_tokens: int, mode: str) -> list[str]:
+    """launch.py overrides: the quickstart recipe as an RL-only GRPO run of the exported weights."""
+    return [
+        "recipe=quickstart", "sft.warmstart=false", "loss=grpo", "loss.kl.coef=0",
+        f"train.batch_size={args.prompts_per_step * args.generations}", f"rollout.n_generations={args.generations}",
+        f"sampler.max_new_tokens={new_tokens}", f"train.steps={steps}", "train.checkpoint_every=0",
+        f"train.eval_prompts={args.eval_prompts}", f"rollout.mode={mode}", f"optimizer.lr={args.lr}",
+        f"seed={args.seed}", "tracking.plots=false", "tracking.progress=false", "tracking.wandb_mode=disabled",
+        f"model.init_checkpoint={folder}", "model.max_seq_len=128",
+        *(f"model.{key}={value}" for key, value in shape.items()),
+        f"model.num_kv_heads={shape['num_heads']}",
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def ours_rl(runner: Runner, args, name: str, folder: str, run_dir: Path, steps: int, new_tokens: int,
+            mode: str) -> dict | None:
+    """One launch.py run; its steady-state rates from metrics.jsonl (None if it failed)."""
+    cmd = [sys.executable, "launch.py", *launch_overrides(args, folder, SIZES[name], run_dir, steps, new_tokens, mode)]
+    runner.run(run_dir.name, cmd, ours_env())
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.exists():
+        runner.failures.append(f"{run_dir.name}: no {metrics}")
+        return None
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return ours_rl_rates(rows, args.warmup)
+
+
+def trl_rl(runner: Runner, args, name: str, folder: str, problems: Path, out: Path) -> dict | None:
+    cmd = [
+        args.peers_python, str(BENCH / "peers_trl_grpo.py"), "--model", folder, "--problems", str(problems),
+        "--steps", str(args.trl_steps), "--warmup", str(args.warmup), "--prompts-per-step",
+        str(args.prompts_per_step), "--generations", str(args.generations), "--max-new-tokens",
+        str(args.rl_new_tokens), "--lr", str(args.lr), "--seed", str(args.seed), "--out", str(out / f"trl-{name}"),
+    ]
+    rows = runner.run(f"trl-{name}", cmd, peers_env())
+    return rows[-1] if rows else None
+
+
+def table(res: dict, args) -> str:
+    """The markdown table of every measurement (ratios are ours / peer unless the row says otherwise)."""
+    lines = [
+        "| measurement | size | ours | peer | ratio | notes |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for name in SIZES:
+        o, h = res["sampler"]["ours"].get(name), res["sampler"]["hf"].get(name)
+        lines.append(
+            f"| sampler tokens/s (ours / HF generate) | {name} | {fmt(o and o['tokens_per_s'])} "
+            f"| {fmt(h and h['tokens_per_s'])} | {ratio(o and o['tokens_per_s'], h and h['tokens_per_s'])} "
+            f"| {args.rows} rows x {args.new_tokens} new tokens, mean length {fmt(o and o['mean_len'])} / "
+            f"{fmt(h and h['mean_len'])} |"
+        )
+    for name in args.rl_sizes:
+        o, t = res["rl"]["ours"].get(name), res["rl"]["trl"].get(name)
+        lines.append(
+            f"| RL steps/s (ours / TRL GRPOTrainer) | {name} | {fmt(o and o['steps_per_s'], 2)} "
+            f"| {fmt(t and t['steps_per_s'], 3)} | {ratio(o and o['steps_per_s'], t and t['steps_per_s'])} "
+            f"| {args.prompts_per_step} prompts x {args.generations}, <= {args.rl_new_tokens} new tokens, "
+            f"{fmt(o and o['timed_steps'])} / {fmt(t and t['timed_steps'])} timed steps |"
+        )
+        lines.append(
+            f"| RL sampled tokens/s, end to end | {name} | {fmt(o and o['sampled_tokens_per_s'])} "
+            f"| {fmt(t and t['sampled_tokens_per_s'])} "
+            f"| {ratio(o and o['sampled_tokens_per_s'], t and t['sampled_tokens_per_s'])} "
+            f"| mean answer length {fmt(o and o['mean_answer_len'], 1)} / {fmt(t and t['mean_answer_len'], 1)} |"
+        )
+    for name, w in res["weight_sync"].items():
+        for channel in ("object_store", "files"):
+            total = w[f"{channel}_publish_s"] + w[f"{channel}_fetch_s"]
+            lines.append(
+                f"| weight sync s, {channel} publish+fetch (ours / numpy memcpy) | {name} | {total:.4f} "
+                f"| {w['memcpy_s']:.4f} | {ratio(total, w['memcpy_s'])} | {w['nbytes'] / 2**20:.1f} MiB; publish "
+                f"{w[f'{channel}_publish_s']:.4f} s + fetch {w[f'{channel}_fetch_s']:.4f} s, checksums included |"
+            )
+    s, i = res["inflight"].get("sync"), res["inflight"].get("inflight")
+    lines.append(
+        f"| wall s for equal steps (inflight / sync) | {args.inflight_size} | {fmt(i and i['seconds'], 2)} "
+        f"| {fmt(s and s['seconds'], 2)} | {ratio(i and i['seconds'], s and s['seconds'])} "
+        f"| {fmt(s and s['timed_steps'])} steps, <= {args.inflight_new_tokens} new tokens; sync run: sample "
+        f"{fmt(s and s['sample_s_per_step'], 3)} s + train {fmt(s and s['train_s_per_step'], 3)} s per step |"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--peers-python", default=str(ROOT / ".venv-peers/bin/python"), help="the peers venv's python")
+    ap.add_argument("--out", default=str(BENCH / "results"), help="folder for the table, JSON rows and logs")
+    ap.add_argument("--seed", type=int, default=0, help="run seed: model init, task draws, sampling")
+    ap.add_argument("--rows", type=int, default=32, help="sampler rows (a multiple of 8 prompts)")
+    ap.add_argument("--new-tokens", type=int, default=128, help="sampler new tokens per row")
+    ap.add_argument("--repeats", type=int, default=2, help="sampler timings per side after warm-up (best kept)")
+    ap.add_argument("--prompts-per-step", type=int, default=4, help="RL prompts per step")
+    ap.add_argument("--generations", type=int, default=8, help="RL answers per prompt")
+    ap.add_argument("--rl-new-tokens", type=int, default=32, help="RL answer cap")
+    ap.add_argument("--rl-sizes", nargs="+", default=["0.15M", "4M"], choices=list(SIZES))
+    ap.add_argument("--ours-steps", type=int, default=10, help="marin-rl RL steps per run")
+    ap.add_argument("--trl-steps", type=int, default=5, help="TRL steps per run (each costs seconds)")
+    ap.add_argument("--warmup", type=int, default=2, help="first RL steps left out of the timing (compiles)")
+    ap.add_argument("--lr", type=float, default=7e-4, help="RL learning rate, both sides (the quickstart's)")
+    ap.add_argument("--eval-prompts", type=int, default=8, help="marin-rl's eval before/after RL (outside timing)")
+    ap.add_argument("--weight-sync-sizes", nargs="+", default=["4M", "20M"], choices=list(SIZES),
+                    help="models whose weights the weight-sync rows move")
+    ap.add_argument("--inflight-size", default="0.15M", choices=list(SIZES))
+    ap.add_argument("--inflight-steps", type=int, default=10)
+    ap.add_argument("--inflight-new-tokens", type=int, default=96, help="long answers: generation dominates")
+    args = ap.parse_args()
+    if not Path(args.peers_python).exists():
+        raise SystemExit(f"--peers-python {args.peers_python} not found: build it with `make bench-peers`")
+
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(args.out).resolve() / f"peers-{stamp}"
+    out.mkdir(parents=True)
+    runner = Runner(out)
+    folders = export_models(out / "models", args.seed, max_seq_len=256)
+    prompts, problems = write_inputs(out, args.seed, n_problems=4 * args.prompts_per_step * args.trl_steps,
+                                     rows=args.rows)
+    ordered = [folders[name] for name in SIZES]
+    res: dict = {"args": vars(args), "stamp": stamp, "host": platform.node(), "cpus": os.cpu_count(),
+                 "sampler": {"ours": {}, "hf": {}}, "rl": {"ours": {}, "trl": {}}, "weight_sync": {}, "inflight": {}}
+
+    sampler_flags = ["--prompts", str(prompts), "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
+    for row in runner.run("sampler-ours", [sys.executable, str(BENCH / "peers_ours_sampler.py"), *sampler_flags,
+                                           *ordered], ours_env()):
+        res["sampler"]["ours"][Path(row["folder"]).name] = row
+    for row in runner.run("sampler-hf", [args.peers_python, str(BENCH / "peers_hf_generate.py"), *sampler_flags,
+                                         *ordered], peers_env()):
+        res["sampler"]["hf"][Path(row["folder"]).name] = row
+
+    for k, name in enumerate(args.rl_sizes):
+        sides = ["ours", "trl"] if k % 2 else ["trl", "ours"]  # alternate which side runs first
+        for side in sides:
+            if side == "ours":
+                res["rl"]["ours"][name] = ours_rl(runner, args, name, folders[name], out / f"ours-rl-{name}",
+                                                  args.ours_steps, args.rl_new_tokens, "sync")
+            else:
+                res["rl"]["trl"][name] = trl_rl(runner, args, name, folders[name], problems, out)
+
+    for row in runner.run("weight-sync", [sys.executable, str(BENCH / "peers_weight_sync.py"), "--scratch",
+                                          str(out / "weight-sync"), *(folders[n] for n in args.weight_sync_sizes)],
+                          ours_env()):
+        res["weight_sync"][Path(row["folder"]).name] = row
+
+    for mode in ("sync", "inflight"):
+        res["inflight"][mode] = ours_rl(runner, args, args.inflight_size, folders[args.inflight_size],
+                                        out / f"ours-{mode}-{args.inflight_size}", args.inflight_steps,
+                                        args.inflight_new_tokens, mode)
+
+    text = table(res, args)
+    if runner.failures:
+        text += "\n\nFailed:\n" + "\n".join(f"- {f}" for f in runner.failures)
+    print(text)
+    (out.parent / f"peers-{stamp}.md").write_text(text + "\n")
+    (out.parent / f"peers-{stamp}.json").write_text(json.dumps({**res, "failures": runner.failures}, indent=1))
+    print(f"\n[bench-peers] table: {out.parent / f'peers-{stamp}.md'}; logs and runs: {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
