@@ -118,6 +118,8 @@ class HardwareConfig(StrictModel):
     accelerator: Literal["cpu", "gpu", "tpu"]
     num_rollout_workers: int = Field(1, ge=1)
     trainer_mesh: MeshConfig = MeshConfig()
+    # each rollout worker's sampler mesh (inference/mesh_placement.py); default one device
+    rollout_mesh: MeshConfig = MeshConfig(data=1, fsdp=1, model=1)
     device_memory_gb: float | None = Field(None, gt=0.0)  # per accelerator, GiB; the memory plan must fit (None: no check)
     trainer_resources: ActorResources = ActorResources()
     rollout_resources: ActorResources = ActorResources()
