@@ -26,6 +26,7 @@ from marin_rl.environments import build_environment
 from marin_rl.environments.decontam import decontamination_summary
 from marin_rl.environments.grading import check_grader_errors, grading_counts
 from marin_rl.inference.graded_sampling import eval_records, sample_and_score, to_rollout
+from marin_rl.inference.mesh_placement import rollout_mesh, weight_devices
 from marin_rl.inference.sampler import Sampler
 from marin_rl.models.arrays import resolve_dtype
 from marin_rl.models.policy import policy_structure
@@ -57,10 +58,12 @@ class RolloutWorker:
         self.env = build_environment(self.spec.env, seed=derive_seed(self.spec.seed, "env", worker_id))
         self.structure, self.tokenizer = policy_structure(self.spec.model)
         self.sampler: Sampler | None = None  # built around the first weights that arrive
+        self.mesh = rollout_mesh(self.spec.hardware)  # hardware.rollout_mesh over this actor's devices
         self.channel = make_channel(self.spec.rollout.weight_sync.method, weights_dir)
         self.version = -1
         self.sampler_lock = threading.Lock()
         self.pull_seconds = 0.0  # spent fetching weights since the last shipped round
+        self.pull_bytes = 0  # weight bytes fetched since the last shipped round
         self.grading_seen = grading_counts(self.env)  # pool counters already reported
 
     # --- weights -------------------------------------------------------------------------------------------
@@ -72,16 +75,17 @@ class RolloutWorker:
             return False
         t0 = time.monotonic()
         arrays = self.channel.fetch(packet, self.spec.rollout.weight_sync.timeout_s)
-        model = arrays_into_model(self.structure, arrays)
+        model = arrays_into_model(self.structure, arrays, self.mesh)
         if self.sampler is None:
             self.sampler = Sampler(
                 model, self.tokenizer, self.spec.sampler, self.spec.model.max_seq_len, version=packet.version,
-                compute_dtype=resolve_dtype(self.spec.hardware.compute_dtype),
+                compute_dtype=resolve_dtype(self.spec.hardware.compute_dtype), mesh=self.mesh,
             )
         else:
             self.sampler.set_weights(model, packet.version)
         self.version = packet.version
         self.pull_seconds += time.monotonic() - t0
+        self.pull_bytes += packet.nbytes
         return True
 
     def _wait_for_weights(self, newer_than: int, until_stop: bool = True) -> None:
@@ -128,10 +132,12 @@ class RolloutWorker:
             "sampled_tokens": sum(len(r.response_tokens) for g in groups for r in g.rollouts),
             "sample_seconds": time.monotonic() - t0,
             "weight_pull_seconds": self.pull_seconds,
+            "weight_pull_bytes": self.pull_bytes,
+            "sampler_weight_devices": weight_devices(self.sampler.model),
             **self._grading_since_last_round(),
         }
         check_grader_errors(self.grading_seen, self.spec.env.grading)
-        self.pull_seconds = 0.0
+        self.pull_seconds, self.pull_bytes = 0.0, 0
         return groups, stats
 
     def _grading_since_last_round(self) -> dict[str, int]:
