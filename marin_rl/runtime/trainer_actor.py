@@ -23,6 +23,7 @@ from marin_rl.config.seeds import derive_seed, jax_key
 from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
 from marin_rl.environments.grading import GRADING_COUNTS
+from marin_rl.inference.mesh_placement import weight_devices
 from marin_rl.models.policy import build_policy
 from marin_rl.rollouts import RolloutGroup, staleness
 from marin_rl.runlog.writer import WALL_BEFORE_RESUME
@@ -266,6 +267,7 @@ class TrainerActor:
             "weights/pulled_bytes": sum(st["weight_pull_bytes"] for st in rounds),  # all workers
             # devices the sampler's weights span on the workers (hardware.rollout_mesh at work)
             "sampler/weight_devices": max((st["sampler_weight_devices"] for st in rounds), default=0),
+            "trainer/weight_devices": weight_devices(self.state.model),  # hardware.trainer_mesh at work
             "time/wait_rollouts_s": wait_s,
             **grading,
         })
