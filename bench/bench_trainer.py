@@ -97,7 +97,7 @@ def make_groups(tokenizer, preset: dict, seed: int) -> list[RolloutGroup]:
         a, b = rng.integers(0, 1000, 2)
         prompt = np.asarray(tokenizer(f"Q: {a}+{b}\nA: ").input_ids, np.int32)
         rollouts = []
-        for g in range(preset["generations"]):
+        for _ in range(preset["generations"]):
             n = int(np.clip(preset["answer_tokens"] + rng.integers(-4, 3), 1, preset["max_new_tokens"]))
             reward = float(rng.integers(0, 2))
             rollouts.append(Rollout(

@@ -63,6 +63,10 @@ EFFECTS = {
     "trainer_mesh": (
         [], ["hardware.trainer_mesh={data: 2, fsdp: 1, model: 1}"], lambda s: memory_plan(s, n_devices=2).mesh
     ),
+    "rollout_mesh": (
+        [], ["hardware.rollout_mesh={data: 1, fsdp: 1, model: 2}"],
+        lambda s: (memory_plan(s).rollout_mesh, actor_runtime_env(s, "rollout_worker")["env_vars"].get("XLA_FLAGS")),
+    ),
     "device_memory_gb": ([], ["hardware.device_memory_gb=0.0001"], fits),
     "trainer_resources": (
         [], ["hardware.trainer_resources.num_cpus=2"], lambda s: group(s, "trainer").resources.num_cpus

@@ -55,6 +55,23 @@ def test_tiny_plan_matches_hand_computed_bytes():
     assert "parameters" in text and "kv_cache" in text and "{'data': 1, 'fsdp': 2, 'model': 2}" in text
 
 
+# Sampler on rollout_mesh data=2 x model=2 (fsdp 1): heads, MLP width and vocabulary split in two, norms whole:
+#   embedding + LM head 6400 / 2 = 3200; per layer (4096 + 6144) / 2 + 64 = 5184, x 2 = 10368; final norm 32
+#   -> 13600 params -> 54400 bytes per device. KV cache: 64 rows / data 2 = 32 rows, 4 kv heads / model 2 = 2:
+#   2 x 2 layers x 32 x 2 x 64 slots x 8 x 4 bytes = 524288 (a quarter of the one-device 2097152).
+def test_sampler_plan_per_device_of_the_rollout_mesh():
+    spec = tiny_spec(rollout_mesh="{data: 2, fsdp: 1, model: 2}")
+    plan = memory_plan(spec, model_shape(spec.model), n_devices=4)  # rollout devices: the mesh's 4 (accelerator=cpu)
+    assert plan.rollout_mesh == {"data": 2, "fsdp": 1, "model": 2}
+    assert plan.sampler == {"weights": 54400, "kv_cache": 524288}
+    assert "rollout worker mesh {'data': 2, 'fsdp': 1, 'model': 2}" in format_memory_plan(plan)
+    with pytest.raises(ValueError, match="'kv_head' of size 4 does not split over hardware.rollout_mesh"):
+        memory_plan(tiny_spec(rollout_mesh="{data: 1, fsdp: 1, model: 8}"), n_devices=4)
+    too_big = memory_plan(tiny_spec(device_memory_gb=0.0015), n_devices=4)  # trainer fits, the 1-device sampler not
+    with pytest.raises(ValueError, match="hardware.rollout_mesh"):
+        check_memory_plan(too_big)
+
+
 def test_parameter_split_matches_what_haliax_places():
     """The plan's per-device parameter bytes equal the bytes tests/mesh_script.py measures on real shards."""
     shape = model_shape(MODEL)
@@ -79,8 +96,14 @@ def test_mesh_that_does_not_divide_a_model_axis_is_refused():
 
 
 def test_plan_refuses_a_mesh_larger_than_the_trainer_resources():
-    with pytest.raises(ValueError, match="needs 4 devices but the actor has 1"):
-        memory_plan(tiny_spec())  # hardware=cpu asks Ray for no accelerator: one device
+    gpu = {"accelerator": "gpu", "trainer_resources.num_gpus": 2, "rollout_resources.num_gpus": 1}
+    with pytest.raises(ValueError, match="needs 4 devices but the actor has 2"):
+        memory_plan(tiny_spec(**gpu))  # the trainer asks Ray for 2 GPUs: it sees 2 devices
+    with pytest.raises(ValueError, match="hardware.rollout_mesh.*needs 2 devices but the actor has 1"):
+        memory_plan(tiny_spec(**{**gpu, "trainer_resources.num_gpus": 4, "rollout_mesh": "{data: 1, fsdp: 1, model: 2}"}))
+    # accelerator=cpu: each actor gets the simulated devices its mesh names (runtime/actor_devices.py)
+    cpu = memory_plan(tiny_spec(rollout_mesh="{data: 2, fsdp: 1, model: 1}"))
+    assert cpu.mesh == {"data": 1, "fsdp": 2, "model": 2} and cpu.rollout_mesh == {"data": 2, "fsdp": 1, "model": 1}
 
 
 def test_dry_run_prints_the_plan_and_refuses_one_that_does_not_fit(tmp_path):

@@ -6,7 +6,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tiny_policy import BATCH, HARDWARE, MODEL, OPTIMIZER, TEMPERATURE, arithmetic_batch, tiny_model, tiny_trainer
+from tiny_policy import (
+    BATCH,
+    HARDWARE,
+    MODEL,
+    OPTIMIZER,
+    TEMPERATURE,
+    arithmetic_batch,
+    tiny_model,
+    tiny_trainer,
+)
 
 from marin_rl.config.spec import TrainConfig
 from marin_rl.objectives import LossConfig

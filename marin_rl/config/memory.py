@@ -10,9 +10,11 @@ training/mesh.py's PARAMETER_MAPPING splits them):
                            q/k/v, attention probabilities, SwiGLU gate/up/product; heads and MLP split over model=m]
                 with remat (Levanter's gradient_checkpointing): t c E per layer (its saved input) + one layer(t);
                 without: L x layer(t); plus the log-prob pass: 2 x t x min(V, logprob_vocab_chunk) x 4 bytes (f32)
-Sampler (one device per rollout worker: the sampler is not sharded yet):
-    weights     total parameters x bytes(sampler dtype)
-    KV cache    2 (k, v) x L x B x K x max_seq_len x D x bytes(sampler dtype), B = the sampler's row batch
+Sampler, per device of a rollout worker's hardware.rollout_mesh (inference/mesh_placement.py places the weights
+with the same PARAMETER_MAPPING):
+    weights     sum over leaves of numel x bytes(sampler dtype) / (product of the mesh axes its named axes map to)
+    KV cache    2 (k, v) x L x B / (data x fsdp) x K / model x max_seq_len x D x bytes(sampler dtype),
+                B = the sampler's row batch rounded up to a multiple of data x fsdp (rows and kv heads are split)
 
 E hidden, I MLP width, L layers, H heads, K kv heads, D = E / H head size, V vocabulary, S = max_seq_len.
 """
@@ -49,12 +51,13 @@ class ModelShape:
 class MemoryPlan:
     mesh: dict[str, int]
     trainer: dict[str, int]  # bytes per trainer device: parameters, gradients, optimizer, activations
-    sampler: dict[str, int]  # bytes on a rollout worker's device: weights, kv_cache
+    sampler: dict[str, int]  # bytes per device of a rollout worker's mesh: weights, kv_cache
     device_memory_gb: float | None
     micro_rows_per_device: int
     sampler_batch: int
     source: str
     sampler_dtype: str  # hardware.compute_dtype: the sampler's weights and KV cache
+    rollout_mesh: dict[str, int]
 
     @property
     def trainer_total(self) -> int:
@@ -104,7 +107,9 @@ def _leaves(tree: Any, kind: type) -> list:
     return [x for x in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, kind)) if isinstance(x, kind)]
 
 
-def split_factor(axes: tuple[str, ...], sizes: tuple[int, ...], mesh: dict[str, int], mapping: dict) -> int:
+def split_factor(
+    axes: tuple[str, ...], sizes: tuple[int, ...], mesh: dict[str, int], mapping: dict, key: str = "hardware.trainer_mesh"
+) -> int:
     """Devices one leaf is split over: the product of the mesh axes its named axes map to (an axis that does
     not divide evenly is an error: Haliax could not place it)."""
     factor = 1
@@ -115,19 +120,21 @@ def split_factor(axes: tuple[str, ...], sizes: tuple[int, ...], mesh: dict[str, 
         ways = math.prod(mesh[t] for t in ((target,) if isinstance(target, str) else target))
         if size % ways:
             raise ValueError(
-                f"model axis {name!r} of size {size} does not split over hardware.trainer_mesh {mesh} "
+                f"model axis {name!r} of size {size} does not split over {key} {mesh} "
                 f"({target}={ways}); choose mesh sizes that divide it"
             )
         factor *= ways
     return factor
 
 
-def parameter_bytes_per_device(shape: ModelShape, mesh: dict[str, int], dtype_bytes: int) -> int:
+def parameter_bytes_per_device(
+    shape: ModelShape, mesh: dict[str, int], dtype_bytes: int, key: str = "hardware.trainer_mesh"
+) -> int:
     """sum over leaves of numel x dtype bytes / split factor."""
     from marin_rl.training.mesh import PARAMETER_MAPPING
 
     return sum(
-        math.prod(sizes) * dtype_bytes // split_factor(axes, sizes, mesh, PARAMETER_MAPPING)
+        math.prod(sizes) * dtype_bytes // split_factor(axes, sizes, mesh, PARAMETER_MAPPING, key)
         for axes, sizes in shape.leaves
     )
 
@@ -143,21 +150,30 @@ def activation_bytes(shape: ModelShape, tokens: int, seq_len: int, model_ways: i
     return kept + 2 * tokens * chunk * 4
 
 
-def kv_cache_bytes(shape: ModelShape, batch: int, seq_len: int, c: int) -> int:
-    """2 x L x B x K x S x D x c."""
-    return 2 * shape.layers * batch * shape.kv_heads * seq_len * (shape.hidden // shape.heads) * c
+def kv_cache_bytes(shape: ModelShape, batch: int, seq_len: int, c: int, model_ways: int = 1) -> int:
+    """2 x L x B x (K / model) x S x D x c: B rows held by one device, its share of the kv heads."""
+    kv_heads = shape.kv_heads // model_ways
+    return 2 * shape.layers * batch * kv_heads * seq_len * (shape.hidden // shape.heads) * c
 
 
-def requested_devices(spec: RunSpec) -> int:
-    """Accelerators the trainer actor asks Ray for (num_gpus on gpu, resources.TPU on tpu; 1 on cpu): the devices
-    it will see, so what a -1 mesh axis resolves to."""
-    res, acc = spec.hardware.trainer_resources, spec.hardware.accelerator
-    count = {"gpu": res.num_gpus, "tpu": res.resources.get("TPU", 1), "cpu": 1}[acc]
+def requested_devices(spec: RunSpec, role: str = "trainer") -> int:
+    """Accelerators an actor of `role` ("trainer" / "rollout_worker") asks Ray for (num_gpus on gpu, resources.TPU
+    on tpu; on cpu the simulated devices its mesh names, runtime/actor_devices.py): the devices it will see, so
+    what a -1 mesh axis resolves to."""
+    from marin_rl.runtime.actor_devices import fixed_mesh_devices, role_mesh
+
+    hw = spec.hardware
+    res = hw.trainer_resources if role == "trainer" else hw.rollout_resources
+    cpu = fixed_mesh_devices(role_mesh(hw, role))
+    count = {"gpu": res.num_gpus, "tpu": res.resources.get("TPU", 1), "cpu": cpu}[hw.accelerator]
     return max(int(count), 1)
 
 
-def memory_plan(spec: RunSpec, shape: ModelShape | None = None, n_devices: int | None = None) -> MemoryPlan:
-    """The plan of a run; n_devices: devices the trainer sees (default `requested_devices`)."""
+def memory_plan(
+    spec: RunSpec, shape: ModelShape | None = None, n_devices: int | None = None, n_rollout_devices: int | None = None
+) -> MemoryPlan:
+    """The plan of a run; n_devices / n_rollout_devices: devices the trainer / a rollout worker sees (default
+    `requested_devices`)."""
     from marin_rl.inference.sampler import DEFAULT_MAX_BATCH
     from marin_rl.training.mesh import resolve_mesh_shape
 
@@ -179,10 +195,17 @@ def memory_plan(spec: RunSpec, shape: ModelShape | None = None, n_devices: int |
         "activations": activation_bytes(shape, rows * S, S, mesh["model"], c, spec.model.logprob_vocab_chunk),
     }
     s = DTYPE_BYTES[hw.compute_dtype]
-    total_params = sum(math.prod(sizes) for _, sizes in shape.leaves)
-    sampler = {"weights": total_params * s, "kv_cache": kv_cache_bytes(shape, DEFAULT_MAX_BATCH, S, s)}
+    key = "hardware.rollout_mesh"
+    n_rollout = requested_devices(spec, "rollout_worker") if n_rollout_devices is None else n_rollout_devices
+    rmesh = resolve_mesh_shape(hw.rollout_mesh.model_dump(), n_rollout, key)
+    row_split = rmesh["data"] * rmesh["fsdp"]
+    sampler_rows = -(-DEFAULT_MAX_BATCH // row_split)  # the sampler's batch bucket is a multiple of the split
+    sampler = {
+        "weights": parameter_bytes_per_device(shape, rmesh, s, key),
+        "kv_cache": kv_cache_bytes(shape, sampler_rows, S, s, rmesh["model"]),
+    }
     return MemoryPlan(
-        mesh, trainer, sampler, hw.device_memory_gb, rows, DEFAULT_MAX_BATCH, shape.source, hw.compute_dtype
+        mesh, trainer, sampler, hw.device_memory_gb, rows, DEFAULT_MAX_BATCH, shape.source, hw.compute_dtype, rmesh
     )
 
 
@@ -196,7 +219,10 @@ def format_memory_plan(plan: MemoryPlan) -> str:
     for name, value in plan.trainer.items():
         lines.append(f"    {name:<12} {value / GIB:9.3f} GiB")
     lines.append(f"    {'total':<12} {plan.trainer_total / GIB:9.3f} GiB")
-    lines.append(f"  rollout worker (one device, sampler {plan.sampler_dtype}, batch {plan.sampler_batch} rows)")
+    lines.append(
+        f"  rollout worker mesh {plan.rollout_mesh} (sampler {plan.sampler_dtype}, batch {plan.sampler_batch} rows "
+        "split over data x fsdp)"
+    )
     for name, value in plan.sampler.items():
         lines.append(f"    {name:<12} {value / GIB:9.3f} GiB")
     lines.append(f"    {'total':<12} {plan.sampler_total / GIB:9.3f} GiB")
@@ -221,7 +247,8 @@ def check_memory_plan(plan: MemoryPlan) -> None:
     if plan.sampler_total > budget:
         problems.append(
             f"a rollout worker needs {plan.sampler_total / GIB:.2f} GiB (weights "
-            f"{plan.sampler['weights'] / GIB:.2f}, KV cache {plan.sampler['kv_cache'] / GIB:.2f}): lower "
+            f"{plan.sampler['weights'] / GIB:.2f}, KV cache {plan.sampler['kv_cache'] / GIB:.2f}) per device: split "
+            f"them over more devices with hardware.rollout_mesh (model/data, now {plan.rollout_mesh}), lower "
             "model.max_seq_len or use a smaller model"
         )
     if problems:

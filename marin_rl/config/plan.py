@@ -35,7 +35,8 @@ def actor_plan(spec: RunSpec) -> list[ActorGroup]:
             "rollout_worker",
             hw.num_rollout_workers,
             hw.rollout_resources,
-            f"sampler={hw.inference_backend} T={spec.sampler.temperature} max_new_tokens="
+            f"sampler={hw.inference_backend} on a mesh {hw.rollout_mesh.model_dump()} T={spec.sampler.temperature} "
+            "max_new_tokens="
             f"{spec.sampler.max_new_tokens}, env={spec.env.name}, mode={spec.rollout.mode} "
             f"(max_staleness={spec.rollout.max_staleness})",
         ),

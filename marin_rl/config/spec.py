@@ -130,6 +130,8 @@ class HardwareConfig(StrictModel):
     accelerator: Literal["cpu", "gpu", "tpu"]
     num_rollout_workers: int = Field(1, ge=1)
     trainer_mesh: MeshConfig = MeshConfig()
+    # each rollout worker's sampler mesh (inference/mesh_placement.py); default one device
+    rollout_mesh: MeshConfig = MeshConfig(data=1, fsdp=1, model=1)
     device_memory_gb: float | None = Field(None, gt=0.0)  # per accelerator, GiB; the memory plan must fit (None: no check)
     trainer_resources: ActorResources = ActorResources()
     rollout_resources: ActorResources = ActorResources()
@@ -301,6 +303,13 @@ class RunSpec(StrictModel):
             )
         if self.hardware.inference_backend == "vllm":
             self._check_vllm_model()
+            mesh = self.hardware.rollout_mesh
+            if (mesh.data, mesh.fsdp, mesh.model) != (1, 1, 1):
+                raise ValueError(
+                    f"hardware.rollout_mesh={mesh.model_dump()} places the Levanter sampler; a vLLM engine runs on one "
+                    "device here (tensor parallelism is not wired); allowed with inference_backend=vllm: "
+                    "{data: 1, fsdp: 1, model: 1}"
+                )
         return self
 
     def _check_vllm_model(self) -> None:

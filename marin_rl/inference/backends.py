@@ -16,8 +16,11 @@ if TYPE_CHECKING:
     from marin_rl.config.spec import RunSpec
 
 
-def build_sampler(spec: "RunSpec", model: Any, tokenizer: Any, *, version: int, seed: int, workdir: str | Path):
-    """A sampler over `model` for this run; `workdir` holds the vLLM engine's exported model and log."""
+def build_sampler(
+    spec: "RunSpec", model: Any, tokenizer: Any, *, version: int, seed: int, workdir: str | Path, mesh: Any = None
+):
+    """A sampler over `model` for this run; `workdir` holds the vLLM engine's exported model and log; `mesh` the
+    Levanter sampler's devices (hardware.rollout_mesh; default one device)."""
     backend = spec.hardware.inference_backend
     if backend == "vllm":
         from marin_rl.inference.vllm_sampler import VllmSampler
@@ -30,5 +33,5 @@ def build_sampler(spec: "RunSpec", model: Any, tokenizer: Any, *, version: int, 
         raise ValueError(f"hardware.inference_backend={backend!r} has no sampler; allowed: ['levanter', 'vllm']")
     return Sampler(
         model, tokenizer, spec.sampler, spec.model.max_seq_len, version=version, seed=seed,
-        kv_on_swap=spec.rollout.kv_on_swap, compute_dtype=resolve_dtype(spec.hardware.compute_dtype),
+        kv_on_swap=spec.rollout.kv_on_swap, compute_dtype=resolve_dtype(spec.hardware.compute_dtype), mesh=mesh,
     )

@@ -66,14 +66,16 @@ def check_supported(model) -> None:
         )
 
 
-def init_cache(model, batch: int, num_slots: int, dtype=jnp.float32) -> KvCache:
-    """Zero cache for `batch` rows of `num_slots` tokens."""
+def init_cache(model, batch: int, num_slots: int, dtype=jnp.float32, sharding=None) -> KvCache:
+    """Zero cache for `batch` rows of `num_slots` tokens, created directly on its shards when `sharding` is given."""
     attn_cfg = decoder_layers(model)[0].self_attn.config
     shape = (batch, attn_cfg.KVHeads.size, num_slots, attn_cfg.HeadSize.size)
     n = model.config.num_layers
-    return KvCache(
-        tuple(jnp.zeros(shape, dtype) for _ in range(n)), tuple(jnp.zeros(shape, dtype) for _ in range(n))
-    )
+
+    def zeros() -> tuple[jax.Array, ...]:
+        return tuple(jnp.zeros(shape, dtype, device=sharding) for _ in range(n))
+
+    return KvCache(zeros(), zeros())
 
 
 def _attend(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, attn: Attention) -> jax.Array:

@@ -3,17 +3,24 @@
 Both take the model as an argument (never a closure), so new weights of the same shapes reuse the compiled
 programs. Compiled shapes: the batch bucket, the cache length (max_seq_len), the fill length bucket, and the
 chunk length; prompt lengths, temperature, greedy, top-k/top-p and max_new_tokens are traced values.
+
+One pair per mesh (`kernels_for`): the programs are traced under the sampler's mesh and axis mapping
+(inference/mesh_placement.py), and the decode state and KV cache they return are pinned to `state_sharding`, so
+the next call finds its input where it left it (no reshard, no recompile).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from marin_rl.inference.decoder import KvCache, decode_step, fill_cache
+from marin_rl.inference.mesh_placement import cache_sharding, replicated, rows_sharding
 from marin_rl.inference.token_choice import choose_tokens
 
 
@@ -44,15 +51,48 @@ class StepOutput(NamedTuple):
     hit_eos: jax.Array  # bool[B]
 
 
-@functools.partial(jax.jit, static_argnames=("length",), donate_argnames=("cache",))
-def fill(model, tokens: jax.Array, pad: jax.Array, cache: KvCache, *, length: int) -> KvCache:
-    """KV cache of slots [0, length) computed from `tokens` under `model` (prefill, or refill after a swap)."""
-    return fill_cache(model, tokens, pad, cache, length)
+class Kernels(NamedTuple):
+    fill: Callable  # (model, tokens, pad, cache, *, length) -> cache
+    decode_chunk: Callable  # (model, state, key, params, *, num_steps) -> (state, StepOutput)
 
 
-@functools.partial(jax.jit, static_argnames=("num_steps",), donate_argnames=("state",))
+def state_sharding(mesh: Mesh) -> DecodeState:
+    """Where a DecodeState lives on the sampler's mesh: per-row arrays split by rows, the KV cache by rows and
+    kv heads, the slot counters replicated."""
+    return DecodeState(
+        tokens=rows_sharding(mesh, 2), pad=rows_sharding(mesh, 1), cur=replicated(mesh),
+        gen_start=replicated(mesh), done=rows_sharding(mesh, 1), cache=cache_sharding(mesh),
+    )
+
+
+@functools.cache
+def kernels_for(mesh: Mesh) -> Kernels:
+    """The jitted fill and decode_chunk of one mesh; the decode state and KV cache they return are placed where
+    `state_sharding` puts them (jit's out_shardings: in the very form the inputs were placed in, since an
+    equivalent but differently written sharding, e.g. P() for P('data') of size 1, would be a new cache entry).
+
+    Fresh functions per mesh: jax caches traces by function, and a trace made under one mesh's axis mapping
+    must not be reused under another's.
+    """
+    where = state_sharding(mesh)
+    step_rows = NamedSharding(mesh, PartitionSpec(None, *where.done.spec))  # StepOutput: [num_steps, B]
+
+    def fill(model, tokens: jax.Array, pad: jax.Array, cache: KvCache, *, length: int) -> KvCache:
+        """KV cache of slots [0, length) computed from `tokens` under `model` (prefill, or refill after a swap)."""
+        return fill_cache(model, tokens, pad, cache, length)
+
+    def decode(model, state: DecodeState, key: jax.Array, params: DecodeParams, *, num_steps: int):
+        return decode_chunk(model, state, key, params, num_steps)
+
+    return Kernels(
+        jax.jit(fill, static_argnames=("length",), donate_argnames=("cache",), out_shardings=where.cache),
+        jax.jit(decode, static_argnames=("num_steps",), donate_argnames=("state",),
+                out_shardings=(where, step_rows)),
+    )
+
+
 def decode_chunk(
-    model, state: DecodeState, key: jax.Array, params: DecodeParams, *, num_steps: int
+    model, state: DecodeState, key: jax.Array, params: DecodeParams, num_steps: int
 ) -> tuple[DecodeState, StepOutput]:
     """Up to `num_steps` decode steps under one set of weights; outputs are [num_steps, B] (inactive = padding).
 

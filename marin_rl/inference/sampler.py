@@ -21,6 +21,11 @@ LM head are Levanter's own), with the scheduling RL needs:
   model, after a swap to weights 0.3 std away, "keep" log-probs were 0.6 nats (mean abs) off the new policy,
   about as far as off the old one).
 
+Devices: the sampler runs on a (data, fsdp, model) mesh (`mesh=`, a rollout worker's `hardware.rollout_mesh`;
+default one device): weights placed by the trainer's Haliax parameter mapping (heads / MLP width / vocabulary over
+`model`, "embed" over `fsdp`), batch rows over data x fsdp, the KV cache split by rows and kv heads
+(inference/mesh_placement.py); swaps, versions and log-probs are the same on any mesh.
+
 Log-probs: `Completion.logprobs` = log softmax(logits / T)[token] over the full vocabulary (the trainer's
 quantity, compared in tests to marin_rl.training.logprobs.response_logprobs < 1e-4); with top-k/top-p on, the token was
 drawn from the truncated renormalised distribution, whose log-prob is `Completion.sampling_logprobs`. Greedy
@@ -40,15 +45,27 @@ from typing import TYPE_CHECKING, Any, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from marin_rl.inference import kernels
 from marin_rl.inference.decoder import check_supported, init_cache
+from marin_rl.inference.mesh_placement import (
+    check_model_splits,
+    row_split,
+    rows_sharding,
+    shard_model,
+    single_device_mesh,
+    weight_devices,
+)
 from marin_rl.inference.requests import check_generation, normalize_prompts
 from marin_rl.inference.stops import eos_token_ids
 from marin_rl.inference.types import Completion, SampleRequest
 from marin_rl.inference.wave import WaveProgress, WaveRequest, WaveRows, pack_prompts
+from marin_rl.training.mesh import compute_scope
 
 if TYPE_CHECKING:
+    from jax.sharding import Mesh
+
     from marin_rl.config.spec import SamplerConfig
 
 __all__ = ["Completion", "SampleRequest", "Sampler"]
@@ -70,16 +87,16 @@ def _pow2_bucket(n: int, lo: int, hi: int) -> int:
     return min(b, hi)
 
 
-def _to_device(tree: Any, dtype) -> Any:
-    """Array leaves as device arrays (numpy leaves would be re-sent every chunk), floating ones cast to dtype."""
+def _on_mesh(model: Any, mesh: "Mesh", dtype) -> Any:
+    """The model's arrays on their shards of `mesh` (numpy leaves would be re-sent every chunk), floating ones cast
+    to dtype (shard by shard: the cast keeps the placement)."""
 
     def cast(x):
         if not eqx.is_array(x):
             return x
-        x = jnp.asarray(x)
         return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype else x
 
-    return jax.tree.map(cast, tree)
+    return jax.tree.map(cast, shard_model(model, mesh))
 
 
 def _signature(model) -> tuple:
@@ -92,7 +109,8 @@ class Sampler:
     """Samples completions from a Levanter Llama-family model; see the module docstring.
 
     `max_seq_len` bounds prompt + new tokens (the cache size); `max_batch` bounds the rows decoded together
-    (more rows run in successive waves); `kv_on_swap` picks what a weight swap does to sequences in flight.
+    (more rows run in successive waves); `kv_on_swap` picks what a weight swap does to sequences in flight;
+    `mesh` is where weights, KV cache and rows live (default: the first device).
     """
 
     def __init__(
@@ -107,8 +125,12 @@ class Sampler:
         max_batch: int | None = None,
         kv_on_swap: Literal["recompute", "keep"] = "recompute",
         compute_dtype: Any = jnp.float32,
+        mesh: "Mesh | None" = None,
     ):
         check_supported(model)
+        self.mesh = single_device_mesh() if mesh is None else mesh
+        check_model_splits(model, self.mesh)
+        self._kernels = kernels.kernels_for(self.mesh)
         if kv_on_swap not in KV_ON_SWAP:
             raise ValueError(f"kv_on_swap={kv_on_swap!r} is not allowed; allowed: {list(KV_ON_SWAP)}")
         if max_seq_len < 2:
@@ -121,7 +143,7 @@ class Sampler:
             raise ValueError(f"max_batch={max_batch} must be >= 1")
         self.kv_on_swap = kv_on_swap
         self.compute_dtype = jnp.dtype(compute_dtype)
-        self._model = _to_device(model, self.compute_dtype)
+        self._model = _on_mesh(model, self.mesh, self.compute_dtype)
         self._signature = _signature(self._model)
         self._version = int(version)
         self._pending: tuple[Any, int] | None = None
@@ -148,6 +170,11 @@ class Sampler:
     def model(self):
         return self._model
 
+    @property
+    def weight_devices(self) -> int:
+        """Devices the sampler's weights span (hardware.rollout_mesh at work)."""
+        return weight_devices(self._model)
+
     def close(self) -> None:
         """Nothing to release (the vLLM sampler's close stops its engine process)."""
 
@@ -157,7 +184,7 @@ class Sampler:
 
     def set_weights(self, model, version: int) -> None:
         """Queue new weights (same shapes) for the next chunk boundary; thread-safe; the latest call wins."""
-        model = _to_device(model, self.compute_dtype)
+        model = _on_mesh(model, self.mesh, self.compute_dtype)
         sig = _signature(model)
         if sig != self._signature:
             raise ValueError(
@@ -242,7 +269,8 @@ class Sampler:
         cache_size = getattr(fn, "_cache_size", lambda: 0)  # jax.jit's compiled-program count
         before = cache_size()
         t = time.perf_counter()
-        out = fn(*args, **kwargs)
+        with compute_scope(self.mesh):  # Levanter's own sharding constraints resolve to this mesh
+            out = fn(*args, **kwargs)
         if cache_size() > before:
             jax.block_until_ready(out)
             msg = f"compiled {name} ({shape_note}) in {time.perf_counter() - t:.1f}s"
@@ -257,22 +285,26 @@ class Sampler:
         packed = pack_prompts(wave.prompts, self._batch_bucket(len(wave.prompts)), self.max_seq_len, self.pad_id)
         self._apply_pending_weights()
         B, S = packed.tokens_BS.shape
-        tokens_BS, pad_B = jnp.asarray(packed.tokens_BS), jnp.asarray(packed.pad_B)
+        where = kernels.state_sharding(self.mesh)
+        tokens_BS, pad_B = jax.device_put((packed.tokens_BS, packed.pad_B), (where.tokens, where.pad))
         fill_len = _pow2_bucket(max(packed.prompt_end - 1, 1), MIN_FILL_BUCKET, S)
         cache = self._timed(
-            "prefill", kernels.fill, f"batch={B} length={fill_len}", self._model, tokens_BS, pad_B,
-            init_cache(self._model, B, S, self.compute_dtype), length=fill_len,
+            "prefill", self._kernels.fill, f"batch={B} length={fill_len}", self._model, tokens_BS, pad_B,
+            init_cache(self._model, B, S, self.compute_dtype, where.cache), length=fill_len,
+        )
+        cur, gen_start, done_B = jax.device_put(
+            (np.int32(packed.prompt_end - 1), np.int32(packed.prompt_end), packed.done_B),
+            (where.cur, where.gen_start, where.done),
         )
         state = kernels.DecodeState(
-            tokens=tokens_BS, pad=pad_B, cur=jnp.asarray(packed.prompt_end - 1, jnp.int32),
-            gen_start=jnp.asarray(packed.prompt_end, jnp.int32), done=jnp.asarray(packed.done_B), cache=cache,
+            tokens=tokens_BS, pad=pad_B, cur=cur, gen_start=gen_start, done=done_B, cache=cache,
         )
         rows = WaveRows(len(wave.prompts), wave.max_new, self.cfg.stop, self._decode_text)
         cur = packed.prompt_end - 1
         while True:
             version = self._version  # weights of this chunk: swaps only happen below, between chunks
             state, out = self._timed(
-                "decode_chunk", kernels.decode_chunk, f"batch={B} slots={S} steps={self.cfg.decode_chunk}",
+                "decode_chunk", self._kernels.decode_chunk, f"batch={B} slots={S} steps={self.cfg.decode_chunk}",
                 self._model, state, jax.random.fold_in(key, progress.chunks), params,
                 num_steps=self.cfg.decode_chunk,
             )
@@ -285,7 +317,8 @@ class Sampler:
             if rows.all_finished:
                 break
             if stopped_B.any():  # stop-string hits: stop decoding those rows on device too
-                state = state._replace(done=state.done | jnp.asarray(stopped_B))
+                stopped_B = jax.device_put(stopped_B, rows_sharding(self.mesh, 1))
+                state = state._replace(done=state.done | stopped_B)
             if wave.on_chunk is not None:
                 wave.on_chunk(progress.chunks)
             state = self._swap_between_chunks(state, cur, progress)
@@ -294,7 +327,10 @@ class Sampler:
         return rows.completions(wave.prompt_index)
 
     def _batch_bucket(self, rows: int) -> int:
-        return _pow2_bucket(rows, min(MIN_BATCH_BUCKET, self.max_batch), self.max_batch)
+        """Power-of-two bucket, rounded up to a multiple of the mesh's row split (every device takes whole rows)."""
+        bucket = _pow2_bucket(rows, min(MIN_BATCH_BUCKET, self.max_batch), self.max_batch)
+        split = row_split(self.mesh)
+        return -(-bucket // split) * split
 
     def _swap_between_chunks(self, state: kernels.DecodeState, cur: int, progress: WaveProgress):
         """Apply weights queued by set_weights; with kv_on_swap=recompute, rebuild the cache under them."""
@@ -306,7 +342,7 @@ class Sampler:
         B, S = state.tokens.shape
         refill_len = _pow2_bucket(cur, MIN_FILL_BUCKET, S)
         cache = self._timed(
-            "prefill", kernels.fill, f"batch={B} length={refill_len}", self._model, state.tokens, state.pad,
+            "prefill", self._kernels.fill, f"batch={B} length={refill_len}", self._model, state.tokens, state.pad,
             state.cache, length=refill_len,
         )
         return state._replace(cache=cache)

@@ -157,6 +157,11 @@ class VllmSampler:
         if proc is not None and proc.poll() is None:
             proc.kill()
 
+    @property
+    def weight_devices(self) -> int:
+        """The engine runs on one device (tensor_parallel_size 1; the spec refuses a larger rollout mesh)."""
+        return 1
+
     # ------------------------------------------------------------------ weights
 
     @property

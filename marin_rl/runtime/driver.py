@@ -74,7 +74,7 @@ class RunDriver:
         def in_bundle(i: int) -> dict:
             return {
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-                "runtime_env": actor_runtime_env(s),
+                "runtime_env": actor_runtime_env(s, "trainer" if i == 0 else "rollout_worker"),
             }
 
         # Named (unique per run, even in a shared namespace) so rollout workers get names, not handles: see there.

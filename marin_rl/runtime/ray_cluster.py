@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from marin_rl.config.spec import RunSpec
+from marin_rl.runtime.actor_devices import cpu_device_env
 from marin_rl.runtime.ray_security import require_token_auth, secure_ray_environment
 
 # How often a job that waits for its placement group says so. It waits without a deadline: in a sweep on a small
@@ -16,11 +17,14 @@ from marin_rl.runtime.ray_security import require_token_auth, secure_ray_environ
 RESOURCE_WAIT_REPORT_S = 30.0
 
 
-def actor_runtime_env(spec: RunSpec) -> dict[str, Any]:
-    """Environment of the run's actors; also set per actor, since a sweep job's Ray was started without it."""
+def actor_runtime_env(spec: RunSpec, role: str | None = None) -> dict[str, Any]:
+    """Environment of the run's actors; also set per actor, since a sweep job's Ray was started without it.
+    With a role ("trainer" / "rollout_worker"), a CPU actor also gets its mesh's device count (actor_devices.py)."""
     # Actors import jax; keep them on the CPU unless the hardware group says otherwise.
     env_vars = {"JAX_PLATFORMS": "cpu"} if spec.hardware.accelerator == "cpu" else {}
     env_vars.update({"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")})
+    if role is not None:
+        env_vars.update(cpu_device_env(spec.hardware, role))
     return {"env_vars": env_vars}
 
 

@@ -27,6 +27,7 @@ from marin_rl.environments.decontam import decontamination_summary
 from marin_rl.environments.grading import check_grader_errors, grading_counts
 from marin_rl.inference.backends import build_sampler
 from marin_rl.inference.graded_sampling import eval_records, sample_and_score, to_rollout
+from marin_rl.inference.mesh_placement import rollout_mesh
 from marin_rl.models.policy import policy_structure
 from marin_rl.rollouts import RolloutGroup
 from marin_rl.runtime.weight_sync import WeightSyncError, arrays_into_model, make_channel
@@ -57,10 +58,12 @@ class RolloutWorker:
         self.structure, self.tokenizer = policy_structure(self.spec.model)
         self.run_dir = Path(run_dir)
         self.sampler = None  # built around the first weights that arrive (inference/backends.py)
+        self.mesh = rollout_mesh(self.spec.hardware)  # hardware.rollout_mesh over this actor's devices
         self.channel = make_channel(self.spec.rollout.weight_sync.method, weights_dir)
         self.version = -1
         self.sampler_lock = threading.Lock()
         self.pull_seconds = 0.0  # spent fetching weights since the last shipped round
+        self.pull_bytes = 0  # weight bytes fetched since the last shipped round
         self.grading_seen = grading_counts(self.env)  # pool counters already reported
 
     # --- weights -------------------------------------------------------------------------------------------
@@ -72,16 +75,17 @@ class RolloutWorker:
             return False
         t0 = time.monotonic()
         arrays = self.channel.fetch(packet, self.spec.rollout.weight_sync.timeout_s)
-        model = arrays_into_model(self.structure, arrays)
+        model = arrays_into_model(self.structure, arrays, self.mesh)
         if self.sampler is None:
             self.sampler = build_sampler(
                 self.spec, model, self.tokenizer, version=packet.version, seed=derive_seed(self.spec.seed, "sampler"),
-                workdir=self.run_dir / "workers" / f"engine_{self.worker_id}",
+                workdir=self.run_dir / "workers" / f"engine_{self.worker_id}", mesh=self.mesh,
             )
         else:
             self.sampler.set_weights(model, packet.version)
         self.version = packet.version
         self.pull_seconds += time.monotonic() - t0
+        self.pull_bytes += packet.nbytes
         return True
 
     def _wait_for_weights(self, newer_than: int, until_stop: bool = True) -> None:
@@ -131,10 +135,12 @@ class RolloutWorker:
             "weight_pull_seconds": self.pull_seconds,
             # in-place weight loads inside a vLLM engine (the Levanter sampler swaps arrays: none)
             "engine_load_seconds": sum(self.sampler.load_seconds[loads_before:]),
+            "weight_pull_bytes": self.pull_bytes,
+            "sampler_weight_devices": self.sampler.weight_devices,
             **self._grading_since_last_round(),
         }
         check_grader_errors(self.grading_seen, self.spec.env.grading)
-        self.pull_seconds = 0.0
+        self.pull_seconds, self.pull_bytes = 0.0, 0
         return groups, stats
 
     def _grading_since_last_round(self) -> dict[str, int]:

@@ -23,6 +23,7 @@ from marin_rl.config.seeds import derive_seed, jax_key
 from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
 from marin_rl.environments.grading import GRADING_COUNTS
+from marin_rl.inference.mesh_placement import weight_devices
 from marin_rl.models.policy import build_policy
 from marin_rl.rollouts import RolloutGroup, staleness
 from marin_rl.runlog.writer import WALL_BEFORE_RESUME
@@ -174,13 +175,15 @@ class TrainerActor:
         self.extra[key] = value
 
     # --- weights and checkpoints ---------------------------------------------------------------------------
-    def publish(self) -> float:
+    def publish(self) -> dict[str, float]:
+        """Publish the current weights; this sync's seconds (gathering the shards to host + handing them to the
+        channel) and bytes, as metrics."""
         import ray
 
         t0 = time.monotonic()
         packet = self.channel.publish(model_to_arrays(self.state.model), self.version)
         ray.get(self.coordinator.publish_weights.remote(packet))
-        return time.monotonic() - t0
+        return {"time/weight_publish_s": time.monotonic() - t0, "weights/sync_bytes": packet.nbytes}
 
     def checkpoint(self) -> str:
         wall = self.wall_before_resume + time.monotonic() - self.started  # so a resumed run's wall time adds up
@@ -260,7 +263,11 @@ class TrainerActor:
             "replay/buffer_size": buffer_size,
             "throughput/sampled_tokens": sum(st["sampled_tokens"] for st in rounds),
             "time/sample_s": sum(st["sample_seconds"] for st in rounds),
-            "time/weight_pull_s": sum(st["weight_pull_seconds"] for st in rounds),
+            "time/weight_pull_s": sum(st["weight_pull_seconds"] for st in rounds),  # rounds of this step only
+            "weights/pulled_bytes": sum(st["weight_pull_bytes"] for st in rounds),  # all workers
+            # devices the sampler's weights span on the workers (hardware.rollout_mesh at work)
+            "sampler/weight_devices": max((st["sampler_weight_devices"] for st in rounds), default=0),
+            "trainer/weight_devices": weight_devices(self.state.model),  # hardware.trainer_mesh at work
             "time/engine_weight_load_s": sum(st["engine_load_seconds"] for st in rounds),
             "time/wait_rollouts_s": wait_s,
             **grading,
@@ -302,7 +309,7 @@ class TrainerActor:
             "train/skipped": 0,
             "throughput/trained_tokens": float(packed.loss_mask_BS.sum()),
             "time/train_step_s": train_s,
-            "time/weight_publish_s": self.publish(),
+            **self.publish(),
         }
 
     def _skip_step(self) -> dict:
@@ -312,4 +319,4 @@ class TrainerActor:
         under the next version; the optimizer applies no update, so its lr schedule does not advance.
         """
         self.state = eqx.tree_at(lambda st: st.step, self.state, self.state.step + 1)
-        return {"train/skipped": 1, "time/weight_publish_s": self.publish()}
+        return {"train/skipped": 1, **self.publish()}

@@ -53,8 +53,9 @@ def is_weight(x: Any) -> bool:
     return eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
 
 
-def arrays_into_model(template: Any, arrays: list[np.ndarray]) -> Any:
-    """A copy of `template` carrying `arrays`; every shape and dtype must match (else WeightSyncError)."""
+def arrays_into_model(template: Any, arrays: list[np.ndarray], mesh: Any = None) -> Any:
+    """A copy of `template` carrying `arrays`; every shape and dtype must match (else WeightSyncError).
+    With a mesh, each host array goes straight to its shards there (inference/mesh_placement.py)."""
     params, static = eqx.partition(template, is_weight)
     leaves, treedef = jax.tree_util.tree_flatten(params)
     if len(leaves) != len(arrays):
@@ -64,6 +65,10 @@ def arrays_into_model(template: Any, arrays: list[np.ndarray]) -> Any:
             raise WeightSyncError(
                 f"weight #{i}: got {new.dtype}{list(new.shape)}, the model has {old.dtype}{list(old.shape)}"
             )
+    if mesh is not None:
+        from marin_rl.inference.mesh_placement import place_weights
+
+        return place_weights(template, arrays, mesh)
     new_params = jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(a) for a in arrays])
     return eqx.combine(new_params, static)
 
