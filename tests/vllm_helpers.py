@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from marin_rl.config.spec import VllmConfig
-from marin_rl.inference.vllm_sampler import vllm_python
+from marin_rl.inference.vllm_env import vllm_python
 
 VLLM_PY = vllm_python(VllmConfig())
 

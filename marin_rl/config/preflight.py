@@ -145,8 +145,7 @@ def check_inference_backend(spec: RunSpec) -> None:
     """hardware.inference_backend=vllm: the vLLM environment exists and holds the pinned versions."""
     if spec.hardware.inference_backend != "vllm" or spec.mode == "sft":
         return
-    from marin_rl.inference.vllm_env import VllmEnvironmentError, check_vllm_environment
-    from marin_rl.inference.vllm_sampler import vllm_python
+    from marin_rl.inference.vllm_env import VllmEnvironmentError, check_vllm_environment, vllm_python
 
     try:
         check_vllm_environment(vllm_python(spec.hardware.vllm))

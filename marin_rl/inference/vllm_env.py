@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from marin_rl.config.spec import VllmConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = PROJECT_ROOT / "requirements-vllm.txt"
@@ -24,6 +28,12 @@ _PROBE = (
     "    except m.PackageNotFoundError: out[name] = None\n"
     "print(json.dumps(out))\n"
 )
+
+
+def vllm_python(vllm_cfg: "VllmConfig") -> str:
+    """The vLLM environment's interpreter (hardware.vllm.python, relative to the project root unless absolute)."""
+    path = Path(vllm_cfg.python)
+    return str(path if path.is_absolute() else PROJECT_ROOT / path)
 
 
 class VllmEnvironmentError(RuntimeError):

@@ -35,16 +35,16 @@ import numpy as np
 from marin_rl.config.seeds import derive_seed
 from marin_rl.inference import vllm_protocol as proto
 from marin_rl.inference.requests import check_generation, normalize_prompts
+from marin_rl.inference.sampler import KV_ON_SWAP
 from marin_rl.inference.stops import eos_token_ids, first_stop
 from marin_rl.inference.types import Completion, SampleRequest
+from marin_rl.inference.vllm_env import PROJECT_ROOT, vllm_python
 
 if TYPE_CHECKING:
     from marin_rl.config.spec import SamplerConfig, VllmConfig
 
 logger = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-KV_ON_SWAP = ("recompute", "keep")
 
 
 class _Row:
@@ -102,8 +102,7 @@ class VllmSampler:
         self._stderr = open(self.workdir / "engine.log", "ab")
         # nobind: vLLM's CPU backend otherwise pins its threads to fixed cores, and on a machine whose cores it
         # shares with the trainer (and whatever else runs) a pinned thread waits behind them instead of migrating
-        env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), VLLM_ENABLE_V1_MULTIPROCESSING="0",
-                   VLLM_CPU_OMP_THREADS_BIND="nobind")
+        env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), VLLM_CPU_OMP_THREADS_BIND="nobind")
         env.pop("JAX_PLATFORMS", None)
         self._proc = subprocess.Popen(
             [vllm_python(vllm_cfg), "-m", "marin_rl.inference.vllm_server"],
@@ -290,8 +289,3 @@ class VllmSampler:
     def _decode_text(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
 
-
-def vllm_python(vllm_cfg: "VllmConfig") -> str:
-    """The vLLM environment's interpreter (hardware.vllm.python, relative to the project root unless absolute)."""
-    path = Path(vllm_cfg.python)
-    return str(path if path.is_absolute() else PROJECT_ROOT / path)

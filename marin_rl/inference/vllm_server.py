@@ -22,7 +22,7 @@ from marin_rl.inference import vllm_protocol as proto
 
 # Before vllm is imported: keep the engine core in this process (its model is then reachable for load_weights
 # between steps, with no RPC to a grandchild process).
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
 
 class Generation:
