@@ -41,7 +41,8 @@ def test_mock_task_reference_is_correct_and_fits_the_char_model(task):
         prompt = env.render(problem, "plain")
         reference = env.reference_response(problem)
         assert set(prompt + reference) <= PRINTABLE
-        assert len(prompt) <= 40 and len(reference) <= 40, (prompt, reference)
+        longest = 99 if task == "chain" else 40  # chain's worked answers are long by design (chain_task.py)
+        assert len(prompt) <= 40 and len(reference) <= longest, (prompt, reference)
         score = env.score(problem, reference)
         assert score.correct and score.format_ok and score.reward == 1.0
         assert env.score(
@@ -198,6 +199,23 @@ def test_mock_long_correct_answers_are_longer_than_early_stops():
         early_stop = reference[: len(reference) // 2]
         assert not env.score(problem, early_stop).correct
     assert np.mean([len(p.gold) for p in problems]) > 6
+
+
+def test_chain_grades_the_final_number_and_lengths_span_an_order_of_magnitude():
+    env = build_environment(_load_yaml("mock_chain"), seed=0)
+    problems = env.sample(400, np.random.default_rng(0))
+    lengths = [len(env.reference_response(p)) for p in problems]
+    assert min(lengths) == 11 and max(lengths) == 99  # 1 and 12 steps of 8 characters, plus "#nn"
+    problem = next(p for p in problems if p.reference.count(";") >= 3)
+    reference = problem.reference
+    assert problem.gold == reference.rsplit("#", 1)[1] and problem.gold.isdigit()
+    assert env.score(problem, f"#{problem.gold}").correct  # a shortcut to the right number counts ...
+    assert not env.score(problem, f"#{problem.gold}").format_ok  # ... but is not a worked chain
+    wrong_step = reference.replace("=", "=1", 1)  # one bad step, same final number: still graded on the final
+    assert env.score(problem, wrong_step).correct and not env.score(problem, reference + "0").correct
+    assert not env.score(problem, reference[:-1]).correct  # a truncated final number
+    assert not env.score(problem, reference.rsplit("#", 1)[0]).correct  # a chain without its final answer
+    assert not env.score(problem, reference + ";1+1=2").correct  # text after the answer: no final answer
 
 
 # --------------------------------------------------------------------------------------------------- mixture

@@ -37,11 +37,12 @@ class MockEnvironment(Environment):
         )
 
     def _problem(self, question: str, answer: str) -> Problem:
+        final = self.task.final_answer
         return Problem(
             id=f"{self.task.name}:{question}",
             env=self.name,
             question=question,
-            gold=answer,
+            gold=final(answer) if final else answer,
             level=self.task.level,
             reference=answer,
         )
@@ -79,4 +80,7 @@ class MockEnvironment(Environment):
         if not self.task.needs_correctness:
             return CAT_WORD in answer.lower(), bool(answer), answer or None
         format_ok = self.task.answer_format.fullmatch(answer) is not None
+        if self.task.final_answer is not None:
+            extracted = self.task.final_answer(answer)
+            return extracted == problem.gold, format_ok, extracted
         return answer == problem.gold, format_ok, answer or None

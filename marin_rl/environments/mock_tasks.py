@@ -1,7 +1,8 @@
 """Procedurally generated tasks a ~100k-parameter character model can learn on a CPU.
 
 Every prompt and answer is short printable ASCII (a question under ~25 characters, an answer under ~30), so a
-character-level model with a 128-token context handles them. A task draws one (question, answer) from a numpy
+character-level model with a 128-token context handles them; `chain` is the exception (worked answers up to 99
+characters, see chain_task.py). A task draws one (question, answer) from a numpy
 Generator; the same generator state always gives the same problem.
 """
 
@@ -12,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from marin_rl.environments.chain_task import CHAIN_FORMAT, chain_final_answer, chain_space_size, draw_chain
 
 Draw = Callable[[np.random.Generator], tuple[str, str]]
 
@@ -25,6 +28,9 @@ class MockTask:
     level: str | None = None  # difficulty label reported in per-level metrics
     needs_correctness: bool = True  # False: "cats", any response that mentions the word is rewarded
     description: str = ""
+    # Set for tasks whose drawn answer is a worked solution: maps a response to the part that is graded (the gold
+    # is that part of the drawn answer; the whole drawn answer is the SFT reference). None = exact match.
+    final_answer: Callable[[str], str | None] | None = None
 
 
 def _addition(high: int) -> Draw:
@@ -217,6 +223,14 @@ MOCK_TASKS: dict[str, MockTask] = {
             _lengths(26, _REPEAT_MIN_UNIT, _REPEAT_MAX_UNIT) * (_REPEAT_MAX_TIMES - _REPEAT_MIN_TIMES + 1),
             _WORD,
             description="a 1..3 letter unit repeated 2..8 times: correct answers are the long ones",
+        ),
+        MockTask(
+            "chain",
+            draw_chain,
+            chain_space_size(),
+            CHAIN_FORMAT,
+            final_answer=chain_final_answer,
+            description="repeated addition worked step by step: 1..12 steps, answers of 11..99 characters",
         ),
     )
 }
