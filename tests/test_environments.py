@@ -206,6 +206,8 @@ def test_chain_grades_the_final_number_and_lengths_span_an_order_of_magnitude():
     problems = env.sample(400, np.random.default_rng(0))
     lengths = [len(env.reference_response(p)) for p in problems]
     assert min(lengths) == 11 and max(lengths) == 99  # 1 and 12 steps of 8 characters, plus "#nn"
+    assert sorted({p.level for p in problems}) == ["steps_01-04", "steps_05-08", "steps_09-12"]
+    assert all(int(p.level[6:8]) <= p.reference.count(";") <= int(p.level[9:]) for p in problems)
     problem = next(p for p in problems if p.reference.count(";") >= 3)
     reference = problem.reference
     assert problem.gold == reference.rsplit("#", 1)[1] and problem.gold.isdigit()

@@ -16,6 +16,7 @@ import numpy as np
 CHAIN_MIN_START, CHAIN_MAX_VALUE = 10, 99  # every value of the chain stays in 10..99
 CHAIN_MIN_STEP, CHAIN_MAX_STEP = 2, 9  # the amount added at every step
 CHAIN_MIN_TIMES, CHAIN_MAX_TIMES = 1, 12  # steps in the chain: the item's difficulty
+CHAIN_LEVEL_WIDTH = 4  # steps per difficulty label (1-4, 5-8, 9-12)
 CHAIN_FORMAT = re.compile(r"(\d+\+\d+=\d+;)+#\d+")  # a well-formed worked chain
 _FINAL = re.compile(r"#\s*(\d+)\s*$")
 
@@ -39,6 +40,12 @@ def chain_final_answer(text: str) -> str | None:
     """The number after the response's last `#` (what is graded), or None when the response has no final answer."""
     match = _FINAL.search(text.strip())
     return match.group(1) if match else None
+
+
+def chain_level(worked: str) -> str:
+    """Difficulty label by the number of steps: `steps_01-04`, `steps_05-08` or `steps_09-12` (per-level pass@1)."""
+    low = (worked.count(";") - 1) // CHAIN_LEVEL_WIDTH * CHAIN_LEVEL_WIDTH + 1
+    return f"steps_{low:02d}-{low + CHAIN_LEVEL_WIDTH - 1:02d}"
 
 
 def chain_space_size() -> int:

@@ -43,7 +43,7 @@ class MockEnvironment(Environment):
             env=self.name,
             question=question,
             gold=final(answer) if final else answer,
-            level=self.task.level,
+            level=self.task.level_of(answer) if self.task.level_of else self.task.level,
             reference=answer,
         )
 

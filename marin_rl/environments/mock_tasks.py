@@ -14,7 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from marin_rl.environments.chain_task import CHAIN_FORMAT, chain_final_answer, chain_space_size, draw_chain
+from marin_rl.environments.chain_task import (
+    CHAIN_FORMAT,
+    chain_final_answer,
+    chain_level,
+    chain_space_size,
+    draw_chain,
+)
 
 Draw = Callable[[np.random.Generator], tuple[str, str]]
 
@@ -31,6 +37,7 @@ class MockTask:
     # Set for tasks whose drawn answer is a worked solution: maps a response to the part that is graded (the gold
     # is that part of the drawn answer; the whole drawn answer is the SFT reference). None = exact match.
     final_answer: Callable[[str], str | None] | None = None
+    level_of: Callable[[str], str] | None = None  # drawn answer -> its difficulty label (overrides `level`)
 
 
 def _addition(high: int) -> Draw:
@@ -230,6 +237,7 @@ MOCK_TASKS: dict[str, MockTask] = {
             chain_space_size(),
             CHAIN_FORMAT,
             final_answer=chain_final_answer,
+            level_of=chain_level,
             description="repeated addition worked step by step: 1..12 steps, answers of 11..99 characters",
         ),
     )
