@@ -27,6 +27,8 @@ from marin_rl.inference.mesh_placement import weight_devices
 from marin_rl.models.policy import build_policy
 from marin_rl.rollouts import RolloutGroup, staleness
 from marin_rl.runlog.writer import WALL_BEFORE_RESUME
+from marin_rl.runtime.one_step_off import MODE as ONE_STEP_OFF
+from marin_rl.runtime.one_step_off import batch_weights_version
 from marin_rl.runtime.replay_buffer import ReplayBuffer
 from marin_rl.runtime.weight_sync import make_channel, model_to_arrays
 from marin_rl.training.batch import length_bucket, pack_rollouts
@@ -99,12 +101,13 @@ class TrainerActor:
         self.wall_before_resume = 0.0  # run time already spent before the checkpoint this run resumed from
         self.buffer = ReplayBuffer(
             s.rollout.replay.capacity, s.rollout.replay.max_reuse,
-            0 if s.rollout.mode == "sync" else s.rollout.max_staleness,
+            0 if s.rollout.mode == "sync" else s.rollout.max_staleness,  # one_step_off: >= 1 (spec.py)
         )
         self.channel = make_channel(s.rollout.weight_sync.method, weights_dir)
         self.round_stats: list[dict] = []
         self.stats_lock = threading.Lock()
         self.groups_per_step = s.train.batch_size // s.rollout.n_generations
+        self.base_version = 0  # the version RL (re)started from: one_step_off's pipeline starts there
 
     @property
     def version(self) -> int:
@@ -124,6 +127,7 @@ class TrainerActor:
             self.extra["sft"] = self._warmstart()
         if self.spec.loss.kl.coef > 0:
             self.trainer.reference_model = self._reference_model(resumed_from)
+        self.base_version = self.version
         self.publish()
         return {"start_step": self.version, "resumed_from": resumed_from, "extra": self.extra}
 
@@ -204,11 +208,16 @@ class TrainerActor:
     def fresh_groups(self) -> int:
         return self.buffer.available(self.version)
 
-    def _take_groups(self, n_groups: int, deadline: float, drawn: list[RolloutGroup]) -> list[RolloutGroup]:
+    def _take_groups(
+        self, n_groups: int, deadline: float, drawn: list[RolloutGroup], newest_version: int | None = None
+    ) -> list[RolloutGroup]:
         """n_groups fresh-enough groups from the buffer (sync: sampled with this version's weights), none of them
-        already `drawn` for this batch."""
+        already `drawn` for this batch, none with a token newer than `newest_version` (one_step_off: the next
+        step's batch may already be arriving)."""
         while True:
-            groups = self.buffer.sample(n_groups, self.version, timeout_s=0.05, exclude=drawn)
+            groups = self.buffer.sample(
+                n_groups, self.version, timeout_s=0.05, exclude=drawn, newest_version=newest_version
+            )
             if groups:
                 return groups
             if time.monotonic() > deadline:
@@ -225,13 +234,16 @@ class TrainerActor:
 
         s = self.spec
         deadline = time.monotonic() + timeout_s
-        drawn = self._take_groups(self.groups_per_step, deadline, [])
+        # one_step_off: exactly the weights this step's batch (and its extra rounds) is sampled with
+        weights = batch_weights_version(self.version + 1, self.base_version) if s.rollout.mode == ONE_STEP_OFF else None
+        drawn = self._take_groups(self.groups_per_step, deadline, [], weights)
         prepared = prepare_batch(drawn, s.loss, s.sampler.max_new_tokens, self.groups_per_step)
         while prepared.accounting.needs_more(s.loss.dynamic_sampling):
             extra = prepared.accounting.prompts_for_next_round()
-            if s.rollout.mode == "sync":
-                ray.get(self.coordinator.request_extra_groups.remote(self.version, extra))
-            drawn += self._take_groups(extra, deadline, drawn)
+            if s.rollout.mode != "inflight":  # in-flight workers keep sampling anyway
+                version = self.version if weights is None else weights
+                ray.get(self.coordinator.request_extra_groups.remote(version, extra))
+            drawn += self._take_groups(extra, deadline, drawn, weights)
             prepared = prepare_batch(
                 drawn, s.loss, s.sampler.max_new_tokens, self.groups_per_step, prepared.accounting.rounds + 1
             )
