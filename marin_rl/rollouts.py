@@ -57,10 +57,6 @@ class RolloutGroup:
     def min_version(self) -> int:
         return min(r.min_version for r in self.rollouts)
 
-    @property
-    def max_version(self) -> int:
-        return max(r.max_version for r in self.rollouts)
-
     def __len__(self) -> int:
         return len(self.rollouts)
 

@@ -15,6 +15,7 @@ class Coordinator:
         self.packet: WeightPacket | None = None
         self.previous: WeightPacket | None = None
         self.first_version: int | None = None
+        self.drawn_step = -1  # the last step whose whole batch the trainer has drawn (one_step_off's pipeline gate)
         self.stop_reason: str | None = None
         self.incarnations: dict[int, int] = {}
         self.extra_pending: list[ExtraRound] = []  # requested by the trainer, not yet claimed
@@ -61,7 +62,8 @@ class Coordinator:
             if self.packet is not None and self.packet.version < packet.version:
                 self.previous = self.packet
             self.packet = packet
-            self.first_version = packet.version if self.first_version is None else self.first_version
+            if self.first_version is None:  # where the run (or its resume) starts: no step up to it needs a batch
+                self.first_version = self.drawn_step = packet.version
             # older ones are moot
             self.extra_pending = [r for r in self.extra_pending if r[0] >= packet.version - self.lag]
 
@@ -72,9 +74,13 @@ class Coordinator:
         """The packet of exactly `version` while it is one of the newest two, else None."""
         return next((p for p in (self.packet, self.previous) if p is not None and p.version == version), None)
 
-    def versions(self) -> tuple[int, int]:
-        """(first published version, newest version): where a run's weights started, and where they are now."""
-        return self.first_version, self.packet.version
+    def batch_drawn(self, step: int) -> None:
+        """The trainer has drawn the whole batch of `step` (extra rounds included) and trains it now."""
+        self.drawn_step = max(self.drawn_step, step)
+
+    def pipeline(self) -> tuple[int, int]:
+        """(first published version, last step whose batch was drawn): one_step_off's schedule reads both."""
+        return self.first_version, self.drawn_step
 
     def request_stop(self, reason: str) -> None:
         self.stop_reason = self.stop_reason or reason

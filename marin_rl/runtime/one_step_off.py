@@ -5,13 +5,15 @@ trainer started step s - 1 from: the batch of step s is sampled with weights w(s
 version the run (or its resume) started from. So every step after the first trains on rollouts exactly one step
 old (staleness 1, recorded per token as in the other modes), and the workers never run further ahead.
 
-Nothing here depends on timing, so a run reproduces from its seed like a sync run:
+The batch of step s is sampled once the trainer has drawn the batch of step s - 1 (all of it, extra rounds
+included), that is, while it trains step s - 1. Nothing here depends on timing, so a run reproduces from its seed
+like a sync run:
 - a worker samples a round with exactly the weights w(s), fetched by version (the coordinator keeps the newest two);
-- a round's stream is named by the step it is for, and the trainer draws only groups sampled with w(s);
+- a round's stream is named by the step it is for; when the trainer draws step s, the buffer holds step s's groups
+  only (the next step's are not started yet), and every round it counts in that step's metrics is step s's;
 - dynamic-sampling extra rounds of step s are sampled with w(s) too (same staleness as the batch they fill), named
-  by (w(s), index) like sync mode's, whichever worker claims them;
-- steps b + 1 and b + 2 both use weights b: the batch of step b + 2 is started only once step b + 1 has been
-  trained (its batch drawn), so the two never mix. The first step therefore does not overlap; every later one does.
+  by (w(s), index) like sync mode's, whichever worker claims them; the workers are idle then, so the trainer never
+  waits for another step's round to finish.
 
 A resumed run restarts the pipeline from the restored weights (its first step trains at staleness 0): it does not
 reproduce the uninterrupted run, which had trained that step on the previous version's rollouts.
@@ -30,14 +32,6 @@ def batch_weights_version(step: int, base_version: int) -> int:
     return max(step - 2, base_version)
 
 
-def start_version(step: int, base_version: int) -> int:
-    """Newest published version before the batch of `step` may be sampled: w(s), except that step b + 2 waits for
-    b + 1 (see the module docstring: the only two batches sampled with the same weights must not mix)."""
-    if step <= base_version + 1:
-        return base_version
-    return max(step - 2, base_version + 1)
-
-
 @dataclass(frozen=True)
 class LaggedRound:
     n_groups: int
@@ -47,15 +41,16 @@ class LaggedRound:
 
 
 def next_lagged_round(
-    *, next_step: int, newest_version: int, base_version: int, last_step: int, extra: tuple[int, int, int] | None,
+    *, next_step: int, drawn_step: int, base_version: int, last_step: int, extra: tuple[int, int, int] | None,
     worker_id: int, incarnation: int, groups_per_round: int,
 ) -> LaggedRound | None:
     """The worker's next round: an extra round it claimed (the trainer waits on it), else its share of `next_step`
-    once that step's weights are out; None while neither (or once every step of the run is sampled)."""
+    once the trainer has drawn the batch of the step before (`drawn_step`); None while neither (or once every step
+    of the run is sampled)."""
     if extra is not None:
         version, n_groups, index = extra
         return LaggedRound(n_groups, ("extra", version, index), version, None)
-    if next_step > last_step or newest_version < start_version(next_step, base_version):
+    if next_step > last_step or drawn_step < next_step - 1:
         return None
     return LaggedRound(
         groups_per_round, (MODE, worker_id, incarnation, next_step), batch_weights_version(next_step, base_version),

@@ -64,25 +64,21 @@ class ReplayBuffer:
             return self._count_fresh(trainer_version)
 
     def sample(
-        self, n_groups: int, trainer_version: int, timeout_s: float | None = None, exclude: Collection = (),
-        newest_version: int | None = None,
+        self, n_groups: int, trainer_version: int, timeout_s: float | None = None, exclude: Collection = ()
     ) -> list[RolloutGroup] | None:
         """Take `n_groups` fresh groups, balanced across envs, none of them in `exclude` (what this batch already
-        drew: with max_reuse > 1 a used group stays in front) nor with a token newer than `newest_version` (None:
-        any); waits up to `timeout_s` (None if short)."""
+        drew: with max_reuse > 1 a used group stays in front); waits up to `timeout_s` (None if short)."""
         excluded = {id(g) for g in exclude}
         with self._lock:
             ok = self._lock.wait_for(
-                lambda: self._count_fresh(trainer_version, excluded, newest_version) >= n_groups, timeout=timeout_s
+                lambda: self._count_fresh(trainer_version, excluded) >= n_groups, timeout=timeout_s
             )
             self._drop_stale_locked(trainer_version)
-            if not ok and self._count_fresh(trainer_version, excluded, newest_version) < n_groups:
+            if not ok and self._count_fresh(trainer_version, excluded) < n_groups:
                 return None
             picked: list[_Entry] = []
             envs = sorted(self._by_env)
-            candidates = {
-                env: [e for e in self._by_env[env] if _eligible(e.group, excluded, newest_version)] for env in envs
-            }
+            candidates = {env: [e for e in self._by_env[env] if id(e.group) not in excluded] for env in envs}
             cursor = {env: 0 for env in envs}
             while len(picked) < n_groups:
                 progressed = False
@@ -101,12 +97,10 @@ class ReplayBuffer:
             self.stats.sampled += len(picked)
             return [e.group for e in picked]
 
-    def _count_fresh(
-        self, trainer_version: int, excluded: Collection[int] = (), newest_version: int | None = None
-    ) -> int:
+    def _count_fresh(self, trainer_version: int, excluded: Collection[int] = ()) -> int:
         return sum(
             1 for q in self._by_env.values() for e in q
-            if staleness(e.group, trainer_version) <= self.max_staleness and _eligible(e.group, excluded, newest_version)
+            if staleness(e.group, trainer_version) <= self.max_staleness and id(e.group) not in excluded
         )
 
     def _drop_stale_locked(self, trainer_version: int) -> int:
@@ -117,8 +111,3 @@ class ReplayBuffer:
             self._by_env[env] = fresh
         self.stats.dropped_stale += dropped
         return dropped
-
-
-def _eligible(group: RolloutGroup, excluded: Collection[int], newest_version: int | None) -> bool:
-    """Not already drawn for this batch, and no token newer than `newest_version` (None: any)."""
-    return id(group) not in excluded and (newest_version is None or group.max_version <= newest_version)

@@ -227,22 +227,22 @@ class RolloutWorker:
 
     def _run_one_step_off(self, groups_per_round: int) -> str:
         """The one_step_off loop: extra rounds first (the trainer waits on them), else this worker's share of the
-        next step once its weights are out. A (re)started worker begins with the step the trainer waits for; a
-        share it had already shipped before dying arrives twice, and the surplus goes stale."""
+        next step once the trainer trains the step before. A (re)started worker begins with the step after the last
+        one drawn; a share it had already shipped before dying arrives twice, and the surplus goes stale."""
         import ray
 
-        base_version, _ = ray.get(self.coordinator.versions.remote())
-        next_step, idle_since = self.version + 1, time.monotonic()
+        base_version, drawn_step = ray.get(self.coordinator.pipeline.remote())
+        next_step, idle_since = drawn_step + 1, time.monotonic()
         while not self._should_stop():
-            newest = ray.get(self.coordinator.versions.remote())[1]
+            drawn_step = ray.get(self.coordinator.pipeline.remote())[1]
             work = next_lagged_round(
-                next_step=next_step, newest_version=newest, base_version=base_version,
+                next_step=next_step, drawn_step=drawn_step, base_version=base_version,
                 last_step=self.spec.train.steps, extra=ray.get(self.coordinator.claim_extra_round.remote(self.worker_id)),
                 worker_id=self.worker_id, incarnation=self.incarnation, groups_per_round=groups_per_round,
             )
             if work is None:
-                self._check_deadline(idle_since + self.spec.rollout.weight_sync.timeout_s,
-                                     f"no weights for step {next_step} after v{newest} and no extra work")
+                self._check_deadline(idle_since + self.spec.rollout.watchdog_timeout_s,
+                                     f"no batch drawn for step {next_step - 1} and no extra work")
                 time.sleep(POLL_S)
                 continue
             with self.sampler_lock:  # an evaluation cannot swap other weights in between

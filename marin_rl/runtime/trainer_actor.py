@@ -208,16 +208,11 @@ class TrainerActor:
     def fresh_groups(self) -> int:
         return self.buffer.available(self.version)
 
-    def _take_groups(
-        self, n_groups: int, deadline: float, drawn: list[RolloutGroup], newest_version: int | None = None
-    ) -> list[RolloutGroup]:
-        """n_groups fresh-enough groups from the buffer (sync: sampled with this version's weights), none of them
-        already `drawn` for this batch, none with a token newer than `newest_version` (one_step_off: the next
-        step's batch may already be arriving)."""
+    def _take_groups(self, n_groups: int, deadline: float, drawn: list[RolloutGroup]) -> list[RolloutGroup]:
+        """n_groups fresh-enough groups from the buffer (sync: sampled with this version's weights; one_step_off:
+        with the previous version's, the only ones there), none of them already `drawn` for this batch."""
         while True:
-            groups = self.buffer.sample(
-                n_groups, self.version, timeout_s=0.05, exclude=drawn, newest_version=newest_version
-            )
+            groups = self.buffer.sample(n_groups, self.version, timeout_s=0.05, exclude=drawn)
             if groups:
                 return groups
             if time.monotonic() > deadline:
@@ -234,16 +229,16 @@ class TrainerActor:
 
         s = self.spec
         deadline = time.monotonic() + timeout_s
-        # one_step_off: exactly the weights this step's batch (and its extra rounds) is sampled with
-        weights = batch_weights_version(self.version + 1, self.base_version) if s.rollout.mode == ONE_STEP_OFF else None
-        drawn = self._take_groups(self.groups_per_step, deadline, [], weights)
+        drawn = self._take_groups(self.groups_per_step, deadline, [])
         prepared = prepare_batch(drawn, s.loss, s.sampler.max_new_tokens, self.groups_per_step)
         while prepared.accounting.needs_more(s.loss.dynamic_sampling):
             extra = prepared.accounting.prompts_for_next_round()
-            if s.rollout.mode != "inflight":  # in-flight workers keep sampling anyway
-                version = self.version if weights is None else weights
-                ray.get(self.coordinator.request_extra_groups.remote(version, extra))
-            drawn += self._take_groups(extra, deadline, drawn, weights)
+            if s.rollout.mode == "sync":
+                ray.get(self.coordinator.request_extra_groups.remote(self.version, extra))
+            elif s.rollout.mode == ONE_STEP_OFF:  # with the weights the rest of the batch was sampled with
+                weights = batch_weights_version(self.version + 1, self.base_version)
+                ray.get(self.coordinator.request_extra_groups.remote(weights, extra))
+            drawn += self._take_groups(extra, deadline, drawn)
             prepared = prepare_batch(
                 drawn, s.loss, s.sampler.max_new_tokens, self.groups_per_step, prepared.accounting.rounds + 1
             )
@@ -251,11 +246,15 @@ class TrainerActor:
 
     # --- one step ------------------------------------------------------------------------------------------
     def train_step(self, timeout_s: float) -> dict:
+        import ray
+
         t_wait = time.monotonic()
         prepared, drawn = self._gather_batch(timeout_s)
         wait_s = time.monotonic() - t_wait
         with self.stats_lock:
             rounds, self.round_stats = self.round_stats, []
+        if self.spec.rollout.mode == ONE_STEP_OFF:  # only now may the next step's batch start: its rounds are not ours
+            ray.get(self.coordinator.batch_drawn.remote(self.version + 1))
         staleness_hist = Counter(staleness(g, self.version) for g in drawn)  # every draw of the batch
         buffer_size = len(self.buffer)  # before publishing: the next round may arrive right after
         grading = self._grading_metrics(rounds)
