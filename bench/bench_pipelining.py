@@ -34,7 +34,9 @@ def one_run(mode: str, steps: int, run_dir: Path, extra: list[str]) -> dict:
     cmd = [sys.executable, str(ROOT / "launch.py"), "recipe=quickstart", f"train.steps={steps}",
            f"rollout.mode={mode}", "tracking.progress=false", f"hydra.run.dir={run_dir}", *extra]
     t0 = time.monotonic()
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
     rows, _ = read_metrics(run_dir / "metrics.jsonl")
     summary = json.loads((run_dir / "summary.json").read_text())
     return {
