@@ -210,7 +210,7 @@ class TrainerActor:
 
     def _take_groups(self, n_groups: int, deadline: float, drawn: list[RolloutGroup]) -> list[RolloutGroup]:
         """n_groups fresh-enough groups from the buffer (sync: sampled with this version's weights; one_step_off:
-        with the previous version's, the only ones there), none of them already `drawn` for this batch."""
+        with the weights one step behind, the only ones there), none of them already `drawn` for this batch."""
         while True:
             groups = self.buffer.sample(n_groups, self.version, timeout_s=0.05, exclude=drawn)
             if groups:
