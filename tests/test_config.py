@@ -88,7 +88,7 @@ def test_command_line_overrides_beat_the_recipe():
         (["rollout.kv_on_swap=keep"], ["rollout.kv_on_swap='keep'", "rollout.mode=sync", "recompute"]),
         (["loss.mis.enabled=true"], ["loss.mis.enabled=true", "loss.ratio_baseline=recompute"]),
         (["loss.mis.low=1.5"], ["loss.mis", "low < 1 < high"]),
-        (["rollout.mode=bogus"], ["rollout.mode", "bogus", "sync", "inflight"]),
+        (["rollout.mode=bogus"], ["rollout.mode", "bogus", "sync", "inflight", "one_step_off"]),
         (["+train.batchsize=3"], ["unknown key", "train.batchsize"]),
         (["rollout.replay.max_reuse=2"], ["rollout.replay.max_reuse=2", "rollout.mode=sync", "max_reuse=1"]),
         (["hardware.num_rollout_workers=17"], ["hardware.num_rollout_workers=17", "8 prompts", "<= 8"]),

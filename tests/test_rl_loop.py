@@ -1,5 +1,5 @@
 """End-to-end RL runs on Ray (short, real): sync, reproducibility from the seed, resume after a kill, in-flight with a
-killed rollout worker, everything filtered with two workers, and the real-data path."""
+killed rollout worker, everything filtered with two workers, one-step-off pipelining, and the real-data path."""
 
 from __future__ import annotations
 
@@ -78,6 +78,44 @@ def test_the_seed_reproduces_a_sync_run(sync_run, tmp_path):
     assert steady(metrics(tmp_path)) == steady(metrics(first))
     assert weights_digest(tmp_path) == weights_digest(first)
     assert summary(tmp_path)["eval_after_rl"]["pass_at_1"] == summary(first)["eval_after_rl"]["pass_at_1"]
+
+
+# One-step-off pipelining (rollout.mode=one_step_off): 3 steps, dynamic sampling on (the recipe's DAPO loss), so
+# extra rounds are sampled too; a short evaluation keeps the run near a minute.
+ONE_STEP_OFF = [*SHORT_RUN, "rollout.mode=one_step_off", "train.steps=3", "train.checkpoint_every=0",
+                "train.eval_prompts=4"]
+
+
+@pytest.fixture(scope="module")
+def one_step_off_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("one_step_off") / "run"
+    out = launch(*ONE_STEP_OFF, f"hydra.run.dir={run_dir}")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return run_dir
+
+
+def test_one_step_off_trains_every_step_after_the_first_on_rollouts_one_step_old(one_step_off_run):
+    s = summary(one_step_off_run)
+    assert s["status"] == "completed" and s["steps"] == 3 and s["eval_after_rl"]["version"] == 3
+    rows = metrics(one_step_off_run)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        lag = 0 if r["step"] == 1 else 1  # steps 1 and 2 both train on weights 0; then always one step behind
+        drawn = r["rollout/sampled"] // 4  # groups of 4 (extra rounds included)
+        assert r["replay/staleness_hist"] == {str(lag): drawn}, r["replay/staleness_hist"]
+        assert r["replay/max_staleness_used"] == lag
+        assert r["rollout/min_version"] == max(r["step"] - 2, 0)
+        assert r["rollout/multi_version_fraction"] == 0.0  # no swap inside a round
+
+
+@pytest.mark.slow  # a second run of ONE_STEP_OFF (~1-3 min on 2 cores): make test-slow
+def test_the_seed_reproduces_a_one_step_off_run(one_step_off_run, tmp_path):
+    """The weights a round is sampled with and the groups a step draws do not depend on timing: same seed,
+    identical metrics and bit-identical final weights, as in sync mode."""
+    out = launch(*ONE_STEP_OFF, f"hydra.run.dir={tmp_path}")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert steady(metrics(tmp_path)) == steady(metrics(one_step_off_run))
+    assert weights_digest(tmp_path) == weights_digest(one_step_off_run)
 
 
 def test_killed_run_resumes_to_the_uninterrupted_result(sync_run, tmp_path):

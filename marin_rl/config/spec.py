@@ -185,7 +185,7 @@ class ReplayConfig(StrictModel):
 
 
 class RolloutConfig(StrictModel):
-    mode: Literal["sync", "inflight"] = "sync"
+    mode: Literal["sync", "inflight", "one_step_off"] = "sync"
     kv_on_swap: Literal["recompute", "keep"] = "recompute"  # what an in-flight weight swap does to the KV cache
     n_generations: int = Field(8, ge=1)  # responses per prompt (the GRPO group)
     max_staleness: int = Field(1, ge=0)  # trainer steps a rollout's oldest token may lag
@@ -278,10 +278,19 @@ class RunSpec(StrictModel):
                 f"loss.overlong.buffer_len={self.loss.overlong.buffer_len} exceeds "
                 f"sampler.max_new_tokens={self.sampler.max_new_tokens}; the penalty ramp must fit in the response"
             )
-        if self.rollout.mode == "sync" and self.rollout.replay.max_reuse > 1:
+        reuse_reason = {"sync": "a group is stale one step after it was sampled",
+                        "one_step_off": "each step trains on exactly the groups sampled for it"}
+        if self.rollout.mode in reuse_reason and self.rollout.replay.max_reuse > 1:
             raise ValueError(
-                f"rollout.replay.max_reuse={self.rollout.replay.max_reuse} does nothing in rollout.mode=sync: a group "
-                "is stale one step after it was sampled; allowed: max_reuse=1, or rollout.mode=inflight"
+                f"rollout.replay.max_reuse={self.rollout.replay.max_reuse} does nothing in "
+                f"rollout.mode={self.rollout.mode}: {reuse_reason[self.rollout.mode]}; allowed: max_reuse=1, or "
+                "rollout.mode=inflight"
+            )
+        if self.rollout.mode == "one_step_off" and self.rollout.max_staleness < 1:
+            raise ValueError(
+                f"rollout.max_staleness={self.rollout.max_staleness} would drop every batch of rollout.mode=one_step_off "
+                "(from step 2 on each is sampled one step behind the trainer); allowed: max_staleness >= 1, or "
+                "rollout.mode=sync"
             )
         groups = self.train.batch_size // g
         if groups < self.hardware.num_rollout_workers:
@@ -299,7 +308,7 @@ class RunSpec(StrictModel):
         if self.rollout.kv_on_swap != "recompute" and self.rollout.mode != "inflight":
             raise ValueError(
                 f"rollout.kv_on_swap={self.rollout.kv_on_swap!r} acts only when weights swap mid-generation; "
-                "allowed with rollout.mode=sync: recompute (the default)"
+                f"allowed with rollout.mode={self.rollout.mode}: recompute (the default)"
             )
         if self.hardware.inference_backend == "vllm":
             self._check_vllm_model()

@@ -8,8 +8,14 @@ ExtraRound = tuple[int, int, int]  # (policy version, groups, index of the extra
 
 
 class Coordinator:
-    def __init__(self):
+    def __init__(self, lag: int = 0):
+        # rollout.mode=one_step_off samples a batch with the weights one version before the newest (lag 1): the
+        # previous packet stays fetchable by version, and an extra round of that version is still wanted
+        self.lag = lag
         self.packet: WeightPacket | None = None
+        self.previous: WeightPacket | None = None
+        self.first_version: int | None = None
+        self.drawn_step = -1  # the last step whose whole batch the trainer has drawn (one_step_off's pipeline gate)
         self.stop_reason: str | None = None
         self.incarnations: dict[int, int] = {}
         self.extra_pending: list[ExtraRound] = []  # requested by the trainer, not yet claimed
@@ -23,7 +29,7 @@ class Coordinator:
         does not wait for groups nobody samples (at worst a round arrives twice; the surplus goes stale)."""
         self.incarnations[worker_id] = self.incarnations.get(worker_id, -1) + 1
         lost = self.extra_claimed.pop(worker_id, None)
-        if lost is not None and self.packet is not None and lost[0] == self.packet.version:
+        if lost is not None and self.packet is not None and lost[0] >= self.packet.version - self.lag:
             self.extra_pending.append(lost)
         return self.incarnations[worker_id]
 
@@ -42,13 +48,39 @@ class Coordinator:
                 return request[1], request[2]
         return None
 
+    def claim_extra_round(self, worker_id: int) -> ExtraRound | None:
+        """(version, n_groups, index) of the oldest pending extra round whatever its version, claimed whole by one
+        worker (one_step_off: the worker loads that version for it); else None."""
+        if not self.extra_pending:
+            return None
+        request = self.extra_pending.pop(0)
+        self.extra_claimed[worker_id] = request
+        return request
+
     def publish_weights(self, packet: WeightPacket) -> None:
         if self.packet is None or packet.version >= self.packet.version:
+            if self.packet is not None and self.packet.version < packet.version:
+                self.previous = self.packet
             self.packet = packet
-            self.extra_pending = [r for r in self.extra_pending if r[0] >= packet.version]  # older ones are moot
+            if self.first_version is None:  # where the run (or its resume) starts: no step up to it needs a batch
+                self.first_version = self.drawn_step = packet.version
+            # older ones are moot
+            self.extra_pending = [r for r in self.extra_pending if r[0] >= packet.version - self.lag]
 
     def weights_newer_than(self, version: int) -> WeightPacket | None:
         return self.packet if self.packet is not None and self.packet.version > version else None
+
+    def weights_at(self, version: int) -> WeightPacket | None:
+        """The packet of exactly `version` while it is one of the newest two, else None."""
+        return next((p for p in (self.packet, self.previous) if p is not None and p.version == version), None)
+
+    def batch_drawn(self, step: int) -> None:
+        """The trainer has drawn the whole batch of `step` (extra rounds included) and trains it now."""
+        self.drawn_step = max(self.drawn_step, step)
+
+    def pipeline(self) -> tuple[int, int]:
+        """(first published version, last step whose batch was drawn): one_step_off's schedule reads both."""
+        return self.first_version, self.drawn_step
 
     def request_stop(self, reason: str) -> None:
         self.stop_reason = self.stop_reason or reason

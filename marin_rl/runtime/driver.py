@@ -61,6 +61,7 @@ class RunDriver:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from marin_rl.runtime.coordinator import Coordinator
+        from marin_rl.runtime.one_step_off import VERSION_LAG
         from marin_rl.runtime.rollout_worker import RolloutWorker
         from marin_rl.runtime.trainer_actor import TrainerActor
 
@@ -81,7 +82,7 @@ class RunDriver:
         names = {role: f"marin-rl-{uuid.uuid4().hex[:12]}-{role}" for role in ("coordinator", "trainer")}
         self.coordinator = ray.remote(Coordinator).options(
             name=names["coordinator"], num_cpus=0, max_concurrency=16
-        ).remote()
+        ).remote(lag=VERSION_LAG[s.rollout.mode])
         self.trainer = ray.remote(TrainerActor).options(
             name=names["trainer"], **actor_options(hw.trainer_resources, max_concurrency=8), **in_bundle(0)
         ).remote(spec_dict, str(self.run_dir), self.coordinator, self.weights_dir)

@@ -6,6 +6,8 @@ It reads only the `env`, `sampler` and `rollout` sections (and the model's shape
 In `sync` mode it samples one round per policy version, then waits for the next version or for the trainer to ask
 for more groups of the current one (dynamic sampling). In `inflight` mode it keeps sampling; between decode chunks
 it swaps new weights in mid-generation, so a response's tokens can span several versions (recorded per token).
+In `one_step_off` mode it samples the batch of the next step with the weights one version behind while the
+trainer trains (runtime/one_step_off.py): each round with exactly the weights its step needs, never swapped mid-round.
 
 Every round draws its prompts and its sampling key from a stream named by the round (see marin_rl.config.seeds):
 a sync run is reproducible from its seed, and a restarted worker (a new incarnation) draws a fresh stream.
@@ -30,6 +32,7 @@ from marin_rl.inference.graded_sampling import eval_records, sample_and_score, t
 from marin_rl.inference.mesh_placement import rollout_mesh
 from marin_rl.models.policy import policy_structure
 from marin_rl.rollouts import RolloutGroup
+from marin_rl.runtime.one_step_off import next_lagged_round
 from marin_rl.runtime.weight_sync import WeightSyncError, arrays_into_model, make_channel
 
 logger = logging.getLogger(__name__)
@@ -61,7 +64,7 @@ class RolloutWorker:
         self.mesh = rollout_mesh(self.spec.hardware)  # hardware.rollout_mesh over this actor's devices
         self.channel = make_channel(self.spec.rollout.weight_sync.method, weights_dir)
         self.version = -1
-        self.sampler_lock = threading.Lock()
+        self.sampler_lock = threading.RLock()  # held across a round's (or an evaluation's) weight load and sampling
         self.pull_seconds = 0.0  # spent fetching weights since the last shipped round
         self.pull_bytes = 0  # weight bytes fetched since the last shipped round
         self.grading_seen = grading_counts(self.env)  # pool counters already reported
@@ -73,6 +76,23 @@ class RolloutWorker:
         packet = ray.get(self.coordinator.weights_newer_than.remote(self.version))
         if packet is None:
             return False
+        self._load_weights(packet)
+        return True
+
+    def _pull_exact_weights(self, version: int) -> None:
+        """Load exactly weights `version` (one_step_off), whether newer or older than the current ones."""
+        import ray
+
+        if self.version == version:
+            return
+        packet = ray.get(self.coordinator.weights_at.remote(version))
+        if packet is None:
+            raise WeightSyncError(
+                f"worker {self.worker_id}: weights v{version} are no longer held (the coordinator keeps the newest two)"
+            )
+        self._load_weights(packet)
+
+    def _load_weights(self, packet) -> None:
         t0 = time.monotonic()
         arrays = self.channel.fetch(packet, self.spec.rollout.weight_sync.timeout_s)
         model = arrays_into_model(self.structure, arrays, self.mesh)
@@ -86,7 +106,6 @@ class RolloutWorker:
         self.version = packet.version
         self.pull_seconds += time.monotonic() - t0
         self.pull_bytes += packet.nbytes
-        return True
 
     def _wait_for_weights(self, newer_than: int, until_stop: bool = True) -> None:
         """Pull until weights newer than `newer_than` arrive (or, with until_stop, the run stops)."""
@@ -172,6 +191,8 @@ class RolloutWorker:
 
         inflight = self.spec.rollout.mode == "inflight"
         self._wait_for_weights(-1)
+        if self.spec.rollout.mode == "one_step_off":
+            return self._run_one_step_off(groups_per_round)
         served_version, rounds = -1, 0
         idle_since = time.monotonic()
 
@@ -204,6 +225,34 @@ class RolloutWorker:
             idle_since = time.monotonic()
         return "stopped"
 
+    def _run_one_step_off(self, groups_per_round: int) -> str:
+        """The one_step_off loop: extra rounds first (the trainer waits on them), else this worker's share of the
+        next step once the trainer trains the step before. A (re)started worker begins with the step after the last
+        one drawn; a share it had already shipped before dying arrives twice, and the surplus goes stale."""
+        import ray
+
+        base_version, drawn_step = ray.get(self.coordinator.pipeline.remote())
+        next_step, idle_since = drawn_step + 1, time.monotonic()
+        while not self._should_stop():
+            drawn_step = ray.get(self.coordinator.pipeline.remote())[1]
+            work = next_lagged_round(
+                next_step=next_step, drawn_step=drawn_step, base_version=base_version,
+                last_step=self.spec.train.steps, extra=ray.get(self.coordinator.claim_extra_round.remote(self.worker_id)),
+                worker_id=self.worker_id, incarnation=self.incarnation, groups_per_round=groups_per_round,
+            )
+            if work is None:
+                self._check_deadline(idle_since + self.spec.rollout.watchdog_timeout_s,
+                                     f"no batch drawn for step {next_step - 1} and no extra work")
+                time.sleep(POLL_S)
+                continue
+            with self.sampler_lock:  # an evaluation cannot swap other weights in between
+                self._pull_exact_weights(work.weights_version)
+                groups, stats = self.sample_groups(work.n_groups, work.stream)
+            ray.get(self.trainer.add_rollouts.remote(groups, stats))
+            next_step = next_step if work.step is None else work.step + 1
+            idle_since = time.monotonic()
+        return "stopped"
+
     # --- evaluation ----------------------------------------------------------------------------------------
     def decontamination(self) -> dict | None:
         """What decontamination dropped from this worker's training problems (see environments/decontam.py)."""
@@ -211,10 +260,10 @@ class RolloutWorker:
 
     def evaluate(self, n_prompts: int, n_samples: int, min_version: int) -> dict:
         """Sample the held-out problems with weights of at least `min_version`; per-sample records + version."""
-        self._wait_for_weights(min_version - 1, until_stop=False)  # the final eval runs after the stop request
         problems = self.env.eval_problems(n_prompts)
         s = self.spec.sampler
-        with self.sampler_lock:
+        with self.sampler_lock:  # a one_step_off round loads older weights under this lock: not in between
+            self._wait_for_weights(min_version - 1, until_stop=False)  # the final eval runs after the stop request
             self.sampler.reseed(derive_seed(self.spec.seed, "eval", self.version))
             before = grading_counts(self.env)
             samples = sample_and_score(

@@ -27,6 +27,8 @@ from marin_rl.inference.mesh_placement import weight_devices
 from marin_rl.models.policy import build_policy
 from marin_rl.rollouts import RolloutGroup, staleness
 from marin_rl.runlog.writer import WALL_BEFORE_RESUME
+from marin_rl.runtime.one_step_off import MODE as ONE_STEP_OFF
+from marin_rl.runtime.one_step_off import batch_weights_version
 from marin_rl.runtime.replay_buffer import ReplayBuffer
 from marin_rl.runtime.weight_sync import make_channel, model_to_arrays
 from marin_rl.training.batch import length_bucket, pack_rollouts
@@ -99,12 +101,13 @@ class TrainerActor:
         self.wall_before_resume = 0.0  # run time already spent before the checkpoint this run resumed from
         self.buffer = ReplayBuffer(
             s.rollout.replay.capacity, s.rollout.replay.max_reuse,
-            0 if s.rollout.mode == "sync" else s.rollout.max_staleness,
+            0 if s.rollout.mode == "sync" else s.rollout.max_staleness,  # one_step_off: >= 1 (spec.py)
         )
         self.channel = make_channel(s.rollout.weight_sync.method, weights_dir)
         self.round_stats: list[dict] = []
         self.stats_lock = threading.Lock()
         self.groups_per_step = s.train.batch_size // s.rollout.n_generations
+        self.base_version = 0  # the version RL (re)started from: one_step_off's pipeline starts there
 
     @property
     def version(self) -> int:
@@ -124,6 +127,7 @@ class TrainerActor:
             self.extra["sft"] = self._warmstart()
         if self.spec.loss.kl.coef > 0:
             self.trainer.reference_model = self._reference_model(resumed_from)
+        self.base_version = self.version
         self.publish()
         return {"start_step": self.version, "resumed_from": resumed_from, "extra": self.extra}
 
@@ -205,8 +209,8 @@ class TrainerActor:
         return self.buffer.available(self.version)
 
     def _take_groups(self, n_groups: int, deadline: float, drawn: list[RolloutGroup]) -> list[RolloutGroup]:
-        """n_groups fresh-enough groups from the buffer (sync: sampled with this version's weights), none of them
-        already `drawn` for this batch."""
+        """n_groups fresh-enough groups from the buffer (sync: sampled with this version's weights; one_step_off:
+        with the weights one step behind, the only ones there), none of them already `drawn` for this batch."""
         while True:
             groups = self.buffer.sample(n_groups, self.version, timeout_s=0.05, exclude=drawn)
             if groups:
@@ -231,6 +235,9 @@ class TrainerActor:
             extra = prepared.accounting.prompts_for_next_round()
             if s.rollout.mode == "sync":
                 ray.get(self.coordinator.request_extra_groups.remote(self.version, extra))
+            elif s.rollout.mode == ONE_STEP_OFF:  # with the weights the rest of the batch was sampled with
+                weights = batch_weights_version(self.version + 1, self.base_version)
+                ray.get(self.coordinator.request_extra_groups.remote(weights, extra))
             drawn += self._take_groups(extra, deadline, drawn)
             prepared = prepare_batch(
                 drawn, s.loss, s.sampler.max_new_tokens, self.groups_per_step, prepared.accounting.rounds + 1
@@ -239,11 +246,15 @@ class TrainerActor:
 
     # --- one step ------------------------------------------------------------------------------------------
     def train_step(self, timeout_s: float) -> dict:
+        import ray
+
         t_wait = time.monotonic()
         prepared, drawn = self._gather_batch(timeout_s)
         wait_s = time.monotonic() - t_wait
         with self.stats_lock:
             rounds, self.round_stats = self.round_stats, []
+        if self.spec.rollout.mode == ONE_STEP_OFF:  # only now may the next step's batch start: its rounds are not ours
+            ray.get(self.coordinator.batch_drawn.remote(self.version + 1))
         staleness_hist = Counter(staleness(g, self.version) for g in drawn)  # every draw of the batch
         buffer_size = len(self.buffer)  # before publishing: the next round may arrive right after
         grading = self._grading_metrics(rounds)
