@@ -46,7 +46,7 @@ run: install  ## the default job: SFT warm-start + RL of a tiny model on the CPU
 	$(PY) launch.py recipe=quickstart $(ARGS)
 
 # Two pytest-xdist workers, a file at a time each (module fixtures built once), in tests/conftest.py's order
-# (longest end-to-end files first). TEST_WORKERS=1 is not serial: use `$(PY) -m pytest` for a one-process run.
+# (longest end-to-end files first).
 TEST_WORKERS ?= 2
 test: install vllm  ## the test suite (slow end-to-end runs excluded)
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
