@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -44,6 +45,15 @@ def test_a_new_token_file_is_private_and_random(tmp_path):
     a, b = ensure_private_token(tmp_path / "a" / "tok"), ensure_private_token(tmp_path / "b" / "tok")
     assert mode(a) == 0o600 and mode(a.parent) == 0o700
     assert len(a.read_text()) == 64 and a.read_text() != b.read_text()
+
+
+def test_runs_starting_together_share_one_complete_token(tmp_path):
+    # two test workers (or sweep jobs) starting at once on a fresh machine: none may read a half-written token
+    path = tmp_path / "ray" / "tok"
+    with ThreadPoolExecutor(16) as pool:
+        made = list(pool.map(lambda _: ensure_private_token(path).read_text(), range(64)))
+    assert len(set(made)) == 1 and len(made[0]) == 64 and mode(path) == 0o600
+    assert [p.name for p in path.parent.iterdir()] == ["tok"]  # no temporary files left behind
 
 
 def test_a_world_readable_token_is_tightened_and_kept(tmp_path):

@@ -21,6 +21,7 @@ import os
 import secrets
 import stat
 import sys
+import tempfile
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,21 +44,29 @@ def token_path(environ: MutableMapping[str, str] = os.environ) -> Path:
 
 
 def ensure_private_token(path: Path) -> Path:
-    """Create a random token file readable only by its owner (0600), or tighten an existing one to 0600."""
+    """Create a random token file readable only by its owner (0600), or tighten an existing one to 0600.
+
+    A new token is written to a private temporary file and then linked into place, so a run starting at the same
+    moment (e.g. another test worker) sees either no file or a complete one, never an empty one."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_MODE)
-    except FileExistsError:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if mode & 0o077:
-            os.chmod(path, PRIVATE_MODE)
-            logger.warning("Ray token %s was readable by others (mode %o); set it to 0600", path, mode)
-        if not path.read_text().strip():
-            raise RuntimeError(f"Ray token file {path} is empty; delete it to have a new token made") from None
-        return path
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
-    logger.info("made a new Ray authentication token in %s (mode 0600)", path)
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mkstemp: mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+            os.link(tmp, path)
+            logger.info("made a new Ray authentication token in %s (mode 0600)", path)
+            return path
+        except FileExistsError:
+            pass  # another process made it first: use theirs
+        finally:
+            os.unlink(tmp)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        os.chmod(path, PRIVATE_MODE)
+        logger.warning("Ray token %s was readable by others (mode %o); set it to 0600", path, mode)
+    if not path.read_text().strip():
+        raise RuntimeError(f"Ray token file {path} is empty; delete it to have a new token made")
     return path
 
 
