@@ -21,6 +21,11 @@ CHAIN_FORMAT = re.compile(r"(\d+\+\d+=\d+;)+#\d+")  # a well-formed worked chain
 _FINAL = re.compile(r"#\s*(\d+)\s*$")
 
 
+def _largest_step(times: int) -> int:
+    """The largest step that keeps a chain of `times` steps from a start of CHAIN_MIN_START within CHAIN_MAX_VALUE."""
+    return min(CHAIN_MAX_STEP, (CHAIN_MAX_VALUE - CHAIN_MIN_START) // times)
+
+
 def chain_response(start: int, step: int, times: int) -> str:
     """The worked chain: one `a+d=b;` per step, then `#` and the final value."""
     values = [start + step * i for i in range(times + 1)]
@@ -31,7 +36,7 @@ def draw_chain(rng: np.random.Generator) -> tuple[str, str]:
     """(question, worked chain): the number of steps first (uniform, so every length is as common), then a step
     and a start that keep the chain two-digit."""
     times = int(rng.integers(CHAIN_MIN_TIMES, CHAIN_MAX_TIMES + 1))
-    step = int(rng.integers(CHAIN_MIN_STEP, min(CHAIN_MAX_STEP, (CHAIN_MAX_VALUE - CHAIN_MIN_START) // times) + 1))
+    step = int(rng.integers(CHAIN_MIN_STEP, _largest_step(times) + 1))
     start = int(rng.integers(CHAIN_MIN_START, CHAIN_MAX_VALUE - step * times + 1))
     return f"{start}+{step} x{times}", chain_response(start, step, times)
 
@@ -53,5 +58,5 @@ def chain_space_size() -> int:
     return sum(
         CHAIN_MAX_VALUE - step * times - CHAIN_MIN_START + 1
         for times in range(CHAIN_MIN_TIMES, CHAIN_MAX_TIMES + 1)
-        for step in range(CHAIN_MIN_STEP, min(CHAIN_MAX_STEP, (CHAIN_MAX_VALUE - CHAIN_MIN_START) // times) + 1)
+        for step in range(CHAIN_MIN_STEP, _largest_step(times) + 1)
     )

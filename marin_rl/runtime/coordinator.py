@@ -41,20 +41,20 @@ class Coordinator:
 
     def claim_extra_groups(self, version: int, worker_id: int) -> tuple[int, int] | None:
         """(n_groups, index) of a pending extra round for `version`, claimed whole by one worker; else None."""
-        for request in self.extra_pending:
-            if request[0] == version:
-                self.extra_pending.remove(request)
-                self.extra_claimed[worker_id] = request
-                return request[1], request[2]
-        return None
+        request = self._claim(worker_id, lambda r: r[0] == version)
+        return None if request is None else (request[1], request[2])
 
     def claim_extra_round(self, worker_id: int) -> ExtraRound | None:
         """(version, n_groups, index) of the oldest pending extra round whatever its version, claimed whole by one
         worker (one_step_off: the worker loads that version for it); else None."""
-        if not self.extra_pending:
-            return None
-        request = self.extra_pending.pop(0)
-        self.extra_claimed[worker_id] = request
+        return self._claim(worker_id, lambda r: True)
+
+    def _claim(self, worker_id: int, wanted) -> ExtraRound | None:
+        """Take the oldest pending extra round that `wanted` accepts, recorded as claimed by `worker_id`."""
+        request = next((r for r in self.extra_pending if wanted(r)), None)
+        if request is not None:
+            self.extra_pending.remove(request)
+            self.extra_claimed[worker_id] = request
         return request
 
     def publish_weights(self, packet: WeightPacket) -> None:
