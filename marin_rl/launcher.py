@@ -159,6 +159,10 @@ def _dispatch(spec: RunSpec, objective: str | None, run_dir: Path) -> float | No
 
         summary = run_rl(spec, run_dir)
         return objective_value(summary, objective, DEFAULT_OBJECTIVE, run_dir)
+    # the other modes run in this process: sft on hardware.trainer_mesh's devices, eval and generate on rollout_mesh's
+    from marin_rl.runtime.actor_devices import claim_cpu_devices
+
+    claim_cpu_devices(spec.hardware, "trainer" if spec.mode == "sft" else "rollout_worker")
     if spec.mode == "sft":
         from marin_rl.modes.sft import sft_main
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from spec_helpers import compose_spec
 
-from marin_rl.runtime.actor_devices import with_device_count
+from marin_rl.runtime.actor_devices import claim_cpu_devices, with_device_count
 from marin_rl.runtime.ray_cluster import actor_runtime_env
 
 BASE = ["hardware=cpu", "train.batch_size=8", "rollout.n_generations=4"]
@@ -28,3 +29,18 @@ def test_device_count_flag_replaces_an_earlier_one_and_keeps_other_flags():
     assert with_device_count("--xla_foo=1 --xla_force_host_platform_device_count=8", 2) == (
         "--xla_foo=1 --xla_force_host_platform_device_count=2"
     )
+
+
+def test_a_process_whose_jax_already_started_cannot_claim_more_devices():
+    """mode=sft/eval/generate claim their mesh's devices in the launching process; once JAX runs (as in this
+    pytest process) that cannot take effect, so it is refused, while a one-device mesh needs nothing."""
+    import jax
+
+    jax.devices()  # the backend is up
+    environ: dict[str, str] = {}
+    claim_cpu_devices(compose_spec(BASE).hardware, "rollout_worker", environ)  # {1, 1, 1}: nothing to claim
+    assert environ == {}
+    meshes = compose_spec([*BASE, "hardware.rollout_mesh={data: 1, fsdp: 1, model: 2}"]).hardware
+    with pytest.raises(RuntimeError, match="cannot take the rollout_worker mesh's devices"):
+        claim_cpu_devices(meshes, "rollout_worker", environ)
+    assert environ == {}

@@ -1,4 +1,5 @@
-"""The non-RL modes through launch.py: SFT warm-start -> HF export -> synthetic data -> evaluation."""
+"""The non-RL modes through launch.py: SFT warm-start (on a 2-device trainer mesh) -> HF export -> synthetic data ->
+evaluation (on a 4-device rollout mesh)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ import sys
 import pytest
 from e2e import ROOT, launch, run_env
 
-from marin_rl.training.checkpoint import latest_checkpoint
+from marin_rl.training.checkpoint import latest_checkpoint, read_extra
 
 pytestmark = pytest.mark.timeout(600)
 
 
 def test_sft_export_generate_eval(tmp_path):
     sft_dir, hf_dir = tmp_path / "sft", tmp_path / "hf"
-    out = launch("mode=sft", "recipe=quickstart", "train.steps=5", f"hydra.run.dir={sft_dir}")
+    out = launch("mode=sft", "recipe=quickstart", "train.steps=5", "hardware.trainer_mesh={data: 1, fsdp: 2, model: 1}",
+                 f"hydra.run.dir={sft_dir}")
     assert out.returncode == 0, out.stderr[-3000:]
     ckpt = latest_checkpoint(sft_dir / "checkpoints")
     assert ckpt is not None
+    assert read_extra(ckpt)["sft"]["devices"] == 2  # trained on the trainer mesh's 2 simulated devices
 
     exp = subprocess.run([sys.executable, "-m", "marin_rl.training.export", "--checkpoint", str(ckpt), "--out", str(hf_dir)],
                          cwd=ROOT, env=run_env(), capture_output=True, text=True, timeout=300)
@@ -36,9 +39,11 @@ def test_sft_export_generate_eval(tmp_path):
     assert len(lines) == 16
     assert {"prompt", "response", "reward", "correct", "prompt_tokens", "response_tokens"} <= set(lines[0])
 
+    # the evaluation samples with its weights split over 4 simulated devices (rows over data, heads over model)
     eval_dir = tmp_path / "eval"
     out = launch("mode=eval", "recipe=quickstart", f"model.init_checkpoint={ckpt}", "train.eval_prompts=16",
-                 f"hydra.run.dir={eval_dir}")
+                 "hardware.rollout_mesh={data: 2, fsdp: 1, model: 2}", f"hydra.run.dir={eval_dir}")
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((eval_dir / "summary.json").read_text())
     assert summary["eval"]["n_problems"] == 16
+    assert summary["sampler_devices"] == 4

@@ -9,6 +9,7 @@ from marin_rl.config.spec import RunSpec
 from marin_rl.environments import build_environment
 from marin_rl.environments.synthetic import Sample, generate_synthetic
 from marin_rl.inference.backends import build_sampler
+from marin_rl.inference.mesh_placement import rollout_mesh
 from marin_rl.inference.prompts import encode_prompt, fit_prompt, prompt_style
 from marin_rl.models.policy import build_policy
 
@@ -37,7 +38,8 @@ def generate_main(spec: RunSpec, run_dir: Path) -> Path:
     model, tokenizer, _ = build_policy(spec.model, jax_key(spec.seed, "model-init"))
     env = build_environment(spec.env, seed=spec.seed)
     sampler = build_sampler(
-        spec, model, tokenizer, version=0, seed=derive_seed(spec.seed, "generate"), workdir=Path(run_dir) / "engine"
+        spec, model, tokenizer, version=0, seed=derive_seed(spec.seed, "generate"), workdir=Path(run_dir) / "engine",
+        mesh=rollout_mesh(spec.hardware),
     )
     if g.split == "train":
         problems = env.sample(g.num_prompts, numpy_rng(spec.seed, "generate-data"))

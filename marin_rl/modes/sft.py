@@ -1,4 +1,5 @@
-"""mode=sft: supervised fine-tuning only (the loop is marin_rl.training.sft), checkpointed like an RL run."""
+"""mode=sft: supervised fine-tuning only (the loop is marin_rl.training.sft) on hardware.trainer_mesh, checkpointed like
+an RL run."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from marin_rl.training.sft import run_sft, sft_examples, sft_steps
 def sft_main(spec: RunSpec, run_dir: Path) -> Path:
     """mode=sft: build env + policy, run SFT, log run_dir/metrics.jsonl, checkpoint under run_dir/checkpoints/."""
     from marin_rl.environments import build_environment
+    from marin_rl.inference.mesh_placement import weight_devices
     from marin_rl.models.policy import build_policy
     from marin_rl.training.checkpoint import checkpoint_path, save_checkpoint
+    from marin_rl.training.mesh import build_mesh, compute_scope, shard_params
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -31,25 +34,29 @@ def sft_main(spec: RunSpec, run_dir: Path) -> Path:
     print(
         f"sft: {len(examples)} examples ({spec.sft.source}), {steps} steps x {spec.sft.batch_size}, lr {spec.sft.lr}"
     )
-    state, history = run_sft(
-        model,
-        tokenizer,
-        examples,
-        steps=steps,
-        batch_size=spec.sft.batch_size,
-        lr=spec.sft.lr,
-        seed=derive_seed(spec.seed, "sft"),
-        max_seq_len=spec.model.max_seq_len,
-        log_path=metrics_path,
-        vocab_chunk=spec.model.logprob_vocab_chunk,
-        return_state=True,
-    )
+    mesh = build_mesh(spec.hardware.trainer_mesh.model_dump())  # the devices an RL run's trainer would use
+    model = shard_params(model, mesh)
+    with compute_scope(mesh):
+        state, history = run_sft(
+            model,
+            tokenizer,
+            examples,
+            steps=steps,
+            batch_size=spec.sft.batch_size,
+            lr=spec.sft.lr,
+            seed=derive_seed(spec.seed, "sft"),
+            max_seq_len=spec.model.max_seq_len,
+            log_path=metrics_path,
+            vocab_chunk=spec.model.logprob_vocab_chunk,
+            return_state=True,
+        )
     extra = {
         "sft": {
             "steps": steps,
             "examples": len(examples),
             "source": spec.sft.source,
             "final_loss": history[-1] if history else None,
+            "devices": weight_devices(state.model),  # hardware.trainer_mesh at work
         }
     }
     return save_checkpoint(

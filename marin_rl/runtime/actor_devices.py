@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 ROLES = ("trainer", "rollout_worker")
@@ -42,3 +42,19 @@ def cpu_device_env(hardware_cfg, role: str, environ: Mapping[str, str] = os.envi
     if hardware_cfg.accelerator != "cpu" or n == 1:
         return {}
     return {"XLA_FLAGS": with_device_count(environ.get("XLA_FLAGS", ""), n)}
+
+
+def claim_cpu_devices(hardware_cfg, role: str, environ: MutableMapping[str, str] = os.environ) -> None:
+    """Give THIS process the simulated CPU devices of `role`'s mesh (mode=eval / mode=generate sample in the
+    launching process, on hardware.rollout_mesh). XLA reads the flag when its backend starts, so it must not have
+    started yet; a process whose backend already runs is refused rather than left on fewer devices than asked."""
+    env = cpu_device_env(hardware_cfg, role, environ)
+    if not env:
+        return
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError(
+            f"JAX already started in this process; it cannot take the {role} mesh's devices ({env['XLA_FLAGS']})"
+        )
+    environ.update(env)
