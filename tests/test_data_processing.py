@@ -83,3 +83,28 @@ def test_pack_rollouts_layout_and_truncation_mask():
 @pytest.mark.parametrize("longest, bucket", [(1, 32), (32, 32), (33, 64), (100, 128), (300, 256)])
 def test_length_bucket(longest, bucket):
     assert length_bucket(longest, max_seq_len=256) == bucket
+
+
+@pytest.mark.parametrize("advantage", ["grpo", "dr_grpo", "rloo"])
+def test_host_preparation_runs_in_numpy_and_equals_the_jax_formulas(advantage):
+    """The trainer prepares batches of varying group counts on the host in NumPy (eager JAX would compile every op
+    anew at every new count); the same functions given JAX arrays compute the same values."""
+    import jax.numpy as jnp
+
+    from marin_rl.objectives import apply_overlong_penalty, batch_group_advantages
+
+    cfg = LossConfig(name="t", advantage=advantage, overlong=OverlongConfig(penalty=True, buffer_len=4))
+    rng = np.random.default_rng(0)
+    for n_groups in (3, 5, 7):
+        groups = [group(rewards=tuple(rng.integers(0, 2, 4)), lengths=tuple(rng.integers(1, 12, 4)))
+                  for _ in range(n_groups)]
+        prepared = prepare_batch(groups, cfg, max_new_tokens=10, target_groups=n_groups)
+        assert type(prepared.advantages_NG) is np.ndarray
+        rewards_NG = shaped_rewards_NG(groups, cfg, max_new_tokens=10)
+        assert type(rewards_NG) is np.ndarray
+        lengths_NG = np.array([[len(r.response_tokens) for r in g.rollouts] for g in groups])
+        plain_NG = np.stack([g.rewards_G for g in groups])
+        in_jax = apply_overlong_penalty(jnp.asarray(plain_NG), jnp.asarray(lengths_NG), 10, cfg.overlong)
+        np.testing.assert_allclose(rewards_NG, np.asarray(in_jax), atol=1e-6)
+        np.testing.assert_allclose(batch_group_advantages(rewards_NG, advantage),
+                                   np.asarray(batch_group_advantages(jnp.asarray(rewards_NG), advantage)), atol=1e-6)

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from marin_rl.objectives.config import AggregationMode
+from marin_rl.objectives.xp import as_float
 
 AGGREGATION_MODES: tuple[str, ...] = get_args(AggregationMode)
 
@@ -53,10 +54,7 @@ def safe_divide(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
 
 def _as_float(x) -> jax.Array:
     """A float array (at least float32, so bf16 losses are summed in float32); accepts NumPy, lists, bools."""
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        return x.astype(jnp.float32)
-    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    return as_float(x, jnp)
 
 
 @jax.tree_util.register_dataclass

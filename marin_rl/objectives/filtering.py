@@ -12,16 +12,15 @@ import dataclasses
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from marin_rl.objectives.aggregation import _as_float
 from marin_rl.objectives.config import DynamicSamplingConfig
+from marin_rl.objectives.xp import array_module, as_float
 
 
 def zero_variance_groups(rewards) -> jax.Array:
     """[num_groups, G] rewards -> [num_groups] bool, True where all G rewards are equal (no signal; G=1 is True)."""
-    rewards = jnp.asarray(rewards)
+    rewards = array_module(rewards).asarray(rewards)
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [num_groups, group_size], got shape {rewards.shape}")
     return rewards.max(axis=-1) == rewards.min(axis=-1)
@@ -29,11 +28,12 @@ def zero_variance_groups(rewards) -> jax.Array:
 
 def mask_truncated(mask, truncated) -> jax.Array:
     """[B, T] mask with the rows of truncated answers ([B] bool, finish_reason=length) zeroed: overlong filtering."""
-    mask = _as_float(mask)
-    truncated = jnp.asarray(truncated).astype(bool)
+    xp = array_module(mask, truncated)
+    mask = as_float(mask, xp)
+    truncated = xp.asarray(truncated).astype(bool)
     if truncated.shape != mask.shape[:1]:
         raise ValueError(f"truncated must be [batch]={mask.shape[:1]}, got shape {truncated.shape}")
-    return jnp.where(truncated[:, None], 0.0, mask)
+    return xp.where(truncated[:, None], 0.0, mask).astype(mask.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
