@@ -61,3 +61,12 @@ def global_array(value: Any, sharding: jax.sharding.Sharding) -> jax.Array:
     process builds only the shards its own devices hold."""
     host = np.asarray(value)
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def sync_processes(name: str) -> None:
+    """Block until every JAX process reaches the barrier `name` (multihost_utils.sync_global_devices); a no-op
+    in a single process."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
