@@ -11,7 +11,9 @@ gathered to the host, into DIR/state.npz. Each process prints one JSON line of r
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
 import sys
 
 import jax
@@ -42,6 +44,39 @@ def mesh_processes(mesh) -> list:
     return np.vectorize(lambda d: d.process_index)(mesh.devices).tolist()
 
 
+def socket_inodes() -> set[str]:
+    """Inodes of this process's open sockets (/proc/self/fd links read "socket:[INODE]")."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # closed since the listing (the listing's own descriptor)
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    return inodes
+
+
+def proc_net_address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address of /proc/net/tcp{,6}: the IP in 32-bit little-endian words of hex."""
+    raw = b"".join(bytes.fromhex(hex_address[i:i + 8])[::-1] for i in range(0, len(hex_address), 8))
+    return ipaddress.ip_address(raw)
+
+
+def listening() -> list[list]:
+    """[address, port, loopback] of every TCP socket this process listens on (the coordinator, gloo's pairs)."""
+    inodes, found = socket_inodes(), []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in open(table).read().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # state LISTEN, one of ours
+                hex_ip, hex_port = fields[1].split(":")
+                ip = proc_net_address(hex_ip)
+                loopback = ip.is_loopback or bool(getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback)
+                found.append([str(ip), int(hex_port, 16), loopback])
+    return found
+
+
 def main(folder: str) -> dict:
     joined = initialize_distributed()  # before anything touches a JAX device
     model, tokenizer, _ = tiny_model()
@@ -64,6 +99,8 @@ def main(folder: str) -> dict:
     )
     return {
         **joined,
+        "listening": listening(),
+        "cpu_collectives": jax.config.jax_cpu_collectives_implementation,
         "mesh": mesh_sizes(trainer.mesh),
         "mesh_processes": mesh_processes(trainer.mesh),
         "embed_fully_addressable": embed.is_fully_addressable,
