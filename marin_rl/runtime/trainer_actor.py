@@ -90,9 +90,12 @@ def trained_metrics(groups: list[RolloutGroup]) -> dict[str, float]:
 
 class TrainerActor:
     def __init__(self, spec: dict, run_dir: str, coordinator: Any, weights_dir: str | None):
-        self.is_leader = initialize_distributed()["process_index"] == 0  # before anything touches a JAX device
-        self.followers: list = []  # the other trainer processes' actors (leader only; set_followers)
         self.spec = RunSpec.model_validate(spec)
+        # one JAX process of several only when asked (the driver set JAX_COORDINATOR_ADDRESS etc.): a lone trainer on
+        # a host of a multi-host TPU slice must not wait for the slice's other hosts
+        processes = self.spec.hardware.trainer_processes
+        self.is_leader = processes == 1 or initialize_distributed()["process_index"] == 0  # before any JAX device use
+        self.followers: list = []  # the other trainer processes' actors (leader only; set_followers)
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.coordinator = coordinator
