@@ -78,6 +78,11 @@ EFFECTS = {
     "trainer_unroll_layers": (
         ["hardware.trainer_unroll_layers=false"], ["hardware.trainer_unroll_layers=true"], trainer_layer_scan
     ),
+    "trainer_processes": (
+        ["hardware.trainer_mesh={data: 1, fsdp: 2, model: 1}"],
+        ["hardware.trainer_mesh={data: 1, fsdp: 2, model: 1}", "hardware.trainer_processes=2"],
+        lambda s: (group(s, "trainer").count, actor_runtime_env(s, "trainer")["env_vars"].get("XLA_FLAGS")),
+    ),
     "param_dtype": ([], ["hardware.param_dtype=bfloat16"], lambda s: (trainer_dtypes(s)[0], memory_plan(s).trainer["parameters"])),
 }
 

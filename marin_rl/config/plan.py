@@ -24,7 +24,7 @@ def actor_plan(spec: RunSpec) -> list[ActorGroup]:
         ActorGroup("coordinator", 1, ActorResources(num_cpus=0), "run state, weight versions, stop/stall flags"),
         ActorGroup(
             "trainer",
-            1,
+            hw.trainer_processes,  # one actor per JAX process of the trainer (runtime/trainer_group.py)
             hw.trainer_resources,
             f"{spec.model.name} on a {hw.accelerator} mesh {hw.trainer_mesh.model_dump()}, "
             f"{spec.optimizer.name} lr={spec.optimizer.lr}, batch {spec.train.batch_size} "

@@ -7,6 +7,7 @@ and what is allowed, and they are raised before Ray starts or a model loads (see
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -140,6 +141,8 @@ class HardwareConfig(StrictModel):
     param_dtype: Literal["float32", "bfloat16"] = "float32"
     # trainer forward/backward: Llama layers as straight-line code instead of Levanter's layer scan
     trainer_unroll_layers: bool = False
+    # JAX processes (trainer actors) the trainer mesh spans, each holding an equal share of its devices
+    trainer_processes: int = Field(1, ge=1)
 
     vllm: VllmConfig = VllmConfig()  # read only when inference_backend=vllm
 
@@ -150,6 +153,13 @@ class HardwareConfig(StrictModel):
                 "hardware.inference_backend='tpu_inference' cannot run from this project's environment: "
                 "tpu-inference needs Python >= 3.12 and jax 0.11 (Levanter 1.2.dev1644 pins Python 3.11, jax 0.10) "
                 "and a TPU; allowed: ['levanter', 'vllm']"
+            )
+        fixed = [size for size in self.trainer_mesh.model_dump().values() if size != -1]
+        if self.trainer_processes > 1 and math.prod(fixed) % self.trainer_processes:
+            raise ValueError(
+                f"hardware.trainer_processes={self.trainer_processes} must divide the devices of "
+                f"hardware.trainer_mesh={self.trainer_mesh.model_dump()} ({math.prod(fixed)} fixed): every trainer "
+                "process holds an equal share"
             )
         hosts = {"levanter": {"cpu", "gpu", "tpu"}, "vllm": {"cpu", "gpu"}}
         if self.accelerator not in hosts[self.inference_backend]:
@@ -291,6 +301,11 @@ class RunSpec(StrictModel):
                 f"rollout.max_staleness={self.rollout.max_staleness} would drop every batch of rollout.mode=one_step_off "
                 "(from step 2 on each is sampled one step behind the trainer); allowed: max_staleness >= 1, or "
                 "rollout.mode=sync"
+            )
+        if self.hardware.trainer_processes > 1 and self.sft.warmstart and self.sft.steps > 0:
+            raise ValueError(
+                f"sft.warmstart with hardware.trainer_processes={self.hardware.trainer_processes}: the SFT warm-start "
+                "(training/sft.py) has never run across trainer processes; allowed: sft.warmstart=false (or sft.steps=0), or trainer_processes=1"
             )
         groups = self.train.batch_size // g
         if groups < self.hardware.num_rollout_workers:

@@ -2,8 +2,9 @@
 
 On a GPU or TPU host an actor sees the accelerators Ray gives it. On the CPU, XLA shows one device per process
 unless `--xla_force_host_platform_device_count=N` is in XLA_FLAGS before jax starts; the run sets it per actor
-(Ray runtime_env) to the product of the actor's fixed mesh sizes (hardware.trainer_mesh for the trainer,
-hardware.rollout_mesh for each rollout worker; a -1 axis counts 1), so the meshes of a CPU run really span that
+(Ray runtime_env) to the product of the actor's fixed mesh sizes (hardware.trainer_mesh for the trainer, divided
+by hardware.trainer_processes for each of its processes; hardware.rollout_mesh for each rollout worker; a -1 axis
+counts 1), so the meshes of a CPU run really span that
 many devices. The devices share the actor's CPU cores: this exercises the sharded code paths, not speed.
 """
 
@@ -39,6 +40,8 @@ def role_mesh(hardware_cfg, role: str) -> dict[str, int]:
 def cpu_device_env(hardware_cfg, role: str, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """Environment variables that give a CPU actor of `role` its mesh's devices ({} off the CPU or for 1 device)."""
     n = fixed_mesh_devices(role_mesh(hardware_cfg, role))
+    if role == "trainer":  # each trainer process holds its share (spec.py checks that it divides)
+        n //= hardware_cfg.trainer_processes
     if hardware_cfg.accelerator != "cpu" or n == 1:
         return {}
     return {"XLA_FLAGS": with_device_count(environ.get("XLA_FLAGS", ""), n)}

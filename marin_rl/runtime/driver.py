@@ -67,15 +67,27 @@ class RunDriver:
 
         s, hw = self.spec, self.spec.hardware
         spec_dict = s.model_dump(mode="json")
-        bundles = [resource_bundle(hw.trainer_resources)] + [resource_bundle(hw.rollout_resources)] * hw.num_rollout_workers
+        n_trainers = hw.trainer_processes  # bundles 0..n_trainers-1: the trainer's JAX processes, then the workers
+        bundles = [resource_bundle(hw.trainer_resources)] * n_trainers + [resource_bundle(hw.rollout_resources)] * hw.num_rollout_workers
         self.pg = placement_group(bundles, strategy="PACK" if hw.accelerator == "cpu" else "SPREAD")
         wait_for_placement_group(self.pg, bundles)
         self.t0 = time.monotonic()  # the run's clock starts once it holds its resources, not while queued in a sweep
 
+        jax_env: list[dict] = [{}]
+        if n_trainers > 1:
+            from marin_rl.runtime import trainer_group
+
+            node = trainer_group.require_one_node(trainer_group.bundle_nodes(self.pg, range(n_trainers)), n_trainers)
+            address = trainer_group.coordinator_address_on(node)
+            jax_env = [trainer_group.jax_process_env(address, n_trainers, i) for i in range(n_trainers)]
+
         def in_bundle(i: int) -> dict:
+            env = actor_runtime_env(s, "trainer" if i < n_trainers else "rollout_worker")
+            if i < n_trainers:
+                env["env_vars"].update(jax_env[i])
             return {
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-                "runtime_env": actor_runtime_env(s, "trainer" if i == 0 else "rollout_worker"),
+                "runtime_env": env,
             }
 
         # Named (unique per run, even in a shared namespace) so rollout workers get names, not handles: see there.
@@ -83,14 +95,21 @@ class RunDriver:
         self.coordinator = ray.remote(Coordinator).options(
             name=names["coordinator"], num_cpus=0, max_concurrency=16
         ).remote(lag=VERSION_LAG[s.rollout.mode])
-        self.trainer = ray.remote(TrainerActor).options(
-            name=names["trainer"], **actor_options(hw.trainer_resources, max_concurrency=8), **in_bundle(0)
-        ).remote(spec_dict, str(self.run_dir), self.coordinator, self.weights_dir)
+        trainers = [
+            ray.remote(TrainerActor).options(
+                name=names["trainer"] + (f"-{i}" if i else ""), **actor_options(hw.trainer_resources, max_concurrency=8),
+                **in_bundle(i),
+            ).remote(spec_dict, str(self.run_dir), self.coordinator, self.weights_dir)
+            for i in range(n_trainers)
+        ]
+        self.trainer, self.trainer_followers = trainers[0], trainers[1:]
+        if self.trainer_followers:
+            ray.get(self.trainer.set_followers.remote(self.trainer_followers))  # before prepare: its calls may overlap
         worker_cls = ray.remote(RolloutWorker)
         self.workers = [
             worker_cls.options(
                 **actor_options(hw.rollout_resources, max_concurrency=2, max_restarts=WORKER_RESTART_LIMIT),
-                **in_bundle(1 + i),
+                **in_bundle(n_trainers + i),
             ).remote(spec_dict, i, names["coordinator"], names["trainer"], str(self.run_dir), self.weights_dir)
             for i in range(hw.num_rollout_workers)
         ]
@@ -115,7 +134,8 @@ class RunDriver:
         """Kill this run's actors and release its placement group (a no-op if they never started)."""
         import ray
 
-        for actor in [*getattr(self, "workers", []), getattr(self, "trainer", None), getattr(self, "coordinator", None)]:
+        actors = [*getattr(self, "workers", []), getattr(self, "trainer", None), *getattr(self, "trainer_followers", [])]
+        for actor in [*actors, getattr(self, "coordinator", None)]:
             if actor is not None:
                 ray.kill(actor, no_restart=True)
         if getattr(self, "pg", None) is not None:

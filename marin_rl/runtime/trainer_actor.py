@@ -5,6 +5,9 @@ max_concurrency > 1) while the driver calls `train_step` once per step. Each ste
 prepares them (marin_rl.training.data_processing: shaping, advantages, filtering), asks the workers for more when
 dynamic sampling says the batch is short, trains, and publishes the weights with version = run steps taken, so a
 rollout's per-token versions say exactly how stale each token is.
+
+With hardware.trainer_processes > 1 this actor is one JAX process of several (runtime/trainer_group.py): process 0
+leads and hands each follower the calls that touch JAX (`prepare`, `follow_step`, `checkpoint`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from marin_rl.runlog.writer import WALL_BEFORE_RESUME
 from marin_rl.runtime.one_step_off import MODE as ONE_STEP_OFF
 from marin_rl.runtime.one_step_off import batch_weights_version
 from marin_rl.runtime.replay_buffer import ReplayBuffer
+from marin_rl.runtime.trainer_group import host_batch
 from marin_rl.runtime.weight_sync import make_channel, model_to_arrays
 from marin_rl.training.batch import length_bucket, pack_rollouts
 from marin_rl.training.checkpoint import (
@@ -40,6 +44,7 @@ from marin_rl.training.checkpoint import (
     save_checkpoint,
 )
 from marin_rl.training.data_processing import PreparedBatch, prepare_batch
+from marin_rl.training.multihost import initialize_distributed
 from marin_rl.training.trainer import TrainBatch, Trainer, pad_train_batch
 
 logger = logging.getLogger(__name__)
@@ -86,6 +91,11 @@ def trained_metrics(groups: list[RolloutGroup]) -> dict[str, float]:
 class TrainerActor:
     def __init__(self, spec: dict, run_dir: str, coordinator: Any, weights_dir: str | None):
         self.spec = RunSpec.model_validate(spec)
+        # one JAX process of several only when asked (the driver set JAX_COORDINATOR_ADDRESS etc.): a lone trainer on
+        # a host of a multi-host TPU slice must not wait for the slice's other hosts
+        processes = self.spec.hardware.trainer_processes
+        self.is_leader = processes == 1 or initialize_distributed()["process_index"] == 0  # before any JAX device use
+        self.followers: list = []  # the other trainer processes' actors (leader only; set_followers)
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.coordinator = coordinator
@@ -113,10 +123,29 @@ class TrainerActor:
     def version(self) -> int:
         return int(self.state.step)
 
+    def set_followers(self, followers: list) -> None:
+        self.followers = followers
+
+    def follow_step(self, batch: TrainBatch | None) -> None:
+        """A follower's share of one leader step: the same update on the same batch (None: a skipped step), then
+        the weight gather of publishing."""
+        if batch is None:
+            self.state = eqx.tree_at(lambda st: st.step, self.state, self.state.step + 1)
+        else:
+            self.state, _ = self.trainer.train_step(self.state, batch)
+        self.publish()
+
+    def _await_followers(self, refs: list) -> None:
+        if refs:
+            import ray
+
+            ray.get(refs)
+
     # --- start-up ------------------------------------------------------------------------------------------
     def prepare(self) -> dict:
         """Resume or warm-start, then publish the first weights. Returns what the driver needs to continue."""
         resumed_from = None
+        followers = [f.prepare.remote() for f in self.followers]  # the same restore, warm-start and publish
         ckpt = self._checkpoint_to_resume()
         if ckpt is not None:
             self.state, self.extra = restore_checkpoint(ckpt, self.state, mesh=self.trainer.mesh)
@@ -129,6 +158,7 @@ class TrainerActor:
             self.trainer.reference_model = self._reference_model(resumed_from)
         self.base_version = self.version
         self.publish()
+        self._await_followers(followers)
         return {"start_step": self.version, "resumed_from": resumed_from, "extra": self.extra}
 
     def _reference_model(self, resumed_from: str | None) -> Any:
@@ -185,11 +215,20 @@ class TrainerActor:
         import ray
 
         t0 = time.monotonic()
-        packet = self.channel.publish(model_to_arrays(self.state.model), self.version)
+        arrays = model_to_arrays(self.state.model)  # every trainer process: a gather when the mesh spans them
+        if not self.is_leader:
+            return {}
+        packet = self.channel.publish(arrays, self.version)
         ray.get(self.coordinator.publish_weights.remote(packet))
         return {"time/weight_publish_s": time.monotonic() - t0, "weights/sync_bytes": packet.nbytes}
 
     def checkpoint(self) -> str:
+        followers = [f.checkpoint.remote() for f in self.followers]  # each process writes its own shards
+        path = self._save_checkpoint()
+        self._await_followers(followers)
+        return path
+
+    def _save_checkpoint(self) -> str:
         wall = self.wall_before_resume + time.monotonic() - self.started  # so a resumed run's wall time adds up
         path = save_checkpoint(
             checkpoint_path(self.ckpt_dir, self.version),
@@ -307,6 +346,7 @@ class TrainerActor:
             s.train.batch_size, seq_len, self.tokenizer.pad_token_id,
         )
         t_train = time.monotonic()
+        followers = [f.follow_step.remote(host_batch(batch)) for f in self.followers]
         try:
             self.state, metrics = self.trainer.train_step(self.state, batch)
         except FloatingPointError as err:
@@ -315,12 +355,14 @@ class TrainerActor:
                 f"{latest_checkpoint(self.ckpt_dir)}. Lower optimizer.lr or check the rewards. ({err})"
             ) from None
         train_s = time.monotonic() - t_train
+        published = self.publish()
+        self._await_followers(followers)
         return {
             **metrics,
             "train/skipped": 0,
             "throughput/trained_tokens": float(packed.loss_mask_BS.sum()),
             "time/train_step_s": train_s,
-            **self.publish(),
+            **published,
         }
 
     def _skip_step(self) -> dict:
@@ -329,5 +371,8 @@ class TrainerActor:
         The run step still counts (so a hopeless task cannot hang the run) and the unchanged weights are published
         under the next version; the optimizer applies no update, so its lr schedule does not advance.
         """
+        followers = [f.follow_step.remote(None) for f in self.followers]
         self.state = eqx.tree_at(lambda st: st.step, self.state, self.state.step + 1)
-        return {"train/skipped": 1, **self.publish()}
+        published = self.publish()
+        self._await_followers(followers)
+        return {"train/skipped": 1, **published}

@@ -34,9 +34,21 @@ class WeightPacket:
 
 
 def model_to_arrays(model: Any) -> list[np.ndarray]:
-    """The model's array leaves, in tree order, as host numpy arrays."""
+    """The model's array leaves, in tree order, as full host numpy arrays. A leaf sharded over devices of other
+    JAX processes (a trainer mesh spanning hosts) is gathered with process_allgather, a collective: then every
+    process of the trainer must call this, in the same order."""
     leaves = jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_array))
-    return [np.asarray(x) for x in leaves]
+    return [host_array(x) for x in leaves]
+
+
+def host_array(x: Any) -> np.ndarray:
+    """The whole value of one array on this host: np.asarray where this process holds all of it (or a full
+    replica), else gathered from every process (multihost_utils.process_allgather, tiled into the global shape)."""
+    if not isinstance(x, jax.Array) or x.is_fully_addressable or x.is_fully_replicated:
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 def arrays_checksum(arrays: list[np.ndarray]) -> str:

@@ -39,6 +39,7 @@ from marin_rl.training.checkpoint_manifest import (
     write_manifest,
 )
 from marin_rl.training.mesh import PARAMETER_MAPPING
+from marin_rl.training.multihost import sync_processes
 
 COMPLETE_MARKER = "COMPLETE"
 MODEL_DIR = "model"
@@ -122,11 +123,26 @@ def save_checkpoint(
     extra = {} if extra is None else extra
     extra_json = json.dumps(extra, indent=1, sort_keys=True)  # fail before writing anything if not JSON-able
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    # A trainer spanning JAX processes: each process writes its own shards, process 0 alone the rest, in order.
+    lead = jax.process_index() == 0
+    if lead:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    sync_processes(f"checkpoint {tmp} created")
     with hax.partitioning.set_mesh(local_mesh()):
         lev_save_checkpoint(state.model, step, tmp / MODEL_DIR, is_temporary=False)
         lev_save_checkpoint(_train_state_tree(state), step, tmp / TRAIN_STATE_DIR, is_temporary=False)
+    sync_processes(f"checkpoint {tmp} shards written")
+    if lead:
+        _finish_checkpoint(tmp, path, state, step, extra_json, model_config, keep)
+    sync_processes(f"checkpoint {path} in place")
+    return path
+
+
+def _finish_checkpoint(
+    tmp: Path, path: Path, state: Any, step: int, extra_json: str, model_config: ModelConfig | None, keep: int | None
+) -> None:
+    """Write extra.json, model_config.json, MANIFEST and COMPLETE into `tmp`, rename it to `path`, prune."""
     (tmp / EXTRA_FILE).write_text(extra_json)
     if model_config is not None:
         (tmp / MODEL_CONFIG_FILE).write_text(model_config.model_dump_json(indent=1))
@@ -144,7 +160,6 @@ def save_checkpoint(
     os.replace(tmp, path)
     if keep is not None:
         prune_checkpoints(path.parent, keep, just_saved=path)
-    return path
 
 
 def prune_checkpoints(checkpoint_dir: str | Path, keep: int, just_saved: Path | None = None) -> list[Path]:
