@@ -92,6 +92,13 @@ def test_command_line_overrides_beat_the_recipe():
         (["+train.batchsize=3"], ["unknown key", "train.batchsize"]),
         (["rollout.replay.max_reuse=2"], ["rollout.replay.max_reuse=2", "rollout.mode=sync", "max_reuse=1"]),
         (["hardware.num_rollout_workers=17"], ["hardware.num_rollout_workers=17", "8 prompts", "<= 8"]),
+        (["mode=sft", "hardware.trainer_mesh={data: 1, fsdp: 2, model: 1}", "hardware.trainer_processes=2"],
+         ["mode=sft", "hardware.trainer_processes=2", "trainer_processes=1"]),
+        (["hardware.trainer_mesh={data: 1, fsdp: 2, model: 1}", "hardware.trainer_processes=2", "sft.warmstart=true",
+          "sft.steps=10"],
+         ["sft.warmstart", "hardware.trainer_processes=2", "sft.warmstart=false"]),
+        (["hardware.trainer_mesh={data: 1, fsdp: 3, model: 1}", "hardware.trainer_processes=2", "sft.warmstart=false"],
+         ["hardware.trainer_processes=2", "must divide", "hardware.trainer_mesh"]),
     ],
 )
 def test_bad_values_name_the_key_and_the_allowed_values(overrides, needles):

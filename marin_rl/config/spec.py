@@ -302,6 +302,11 @@ class RunSpec(StrictModel):
                 "(from step 2 on each is sampled one step behind the trainer); allowed: max_staleness >= 1, or "
                 "rollout.mode=sync"
             )
+        if self.hardware.trainer_processes > 1 and self.mode != "rl":
+            raise ValueError(
+                f"mode={self.mode} runs in the launching process alone; hardware.trainer_processes="
+                f"{self.hardware.trainer_processes} applies to mode=rl only; allowed: trainer_processes=1"
+            )
         if self.hardware.trainer_processes > 1 and self.sft.warmstart and self.sft.steps > 0:
             raise ValueError(
                 f"sft.warmstart with hardware.trainer_processes={self.hardware.trainer_processes}: the SFT warm-start "
