@@ -214,7 +214,7 @@ class RolloutWorker:
             else:
                 work = self._next_sync_round(served_version, groups_per_round)
                 if work is None:
-                    self._check_deadline(idle_since + self.spec.rollout.weight_sync.timeout_s,
+                    self._check_deadline(idle_since + self.spec.rollout.watchdog_timeout_s,
                                          f"no weights newer than v{self.version} and no extra work")
                     time.sleep(POLL_S)
                     continue
