@@ -130,7 +130,7 @@ class TrainerActor:
         """A follower's share of one leader step: the same update on the same batch (None: a skipped step), then
         the weight gather of publishing."""
         if batch is None:
-            self.state = eqx.tree_at(lambda st: st.step, self.state, self.state.step + 1)
+            self._count_step_without_update()
         else:
             self.state, _ = self.trainer.train_step(self.state, batch)
         self.publish()
@@ -372,7 +372,11 @@ class TrainerActor:
         under the next version; the optimizer applies no update, so its lr schedule does not advance.
         """
         followers = [f.follow_step.remote(None) for f in self.followers]
-        self.state = eqx.tree_at(lambda st: st.step, self.state, self.state.step + 1)
+        self._count_step_without_update()
         published = self.publish()
         self._await_followers(followers)
         return {"train/skipped": 1, **published}
+
+    def _count_step_without_update(self) -> None:
+        """A skipped step: the run's step counter (the weights' version) advances, the model and optimizer do not."""
+        self.state = eqx.tree_at(lambda st: st.step, self.state, self.state.step + 1)
