@@ -42,8 +42,11 @@ def teacher(model, rows, temperature: float) -> list[np.ndarray]:
     return [ref[i, len(p) : len(p) + len(c.tokens)] for i, (p, c) in enumerate(rows)]
 
 
-def spec_of(x) -> str:
-    return str(x.array.sharding.spec)
+def placement_of(x) -> dict:
+    """{named axis: mesh axis it is split over} of a NamedArray, mesh axes of size 1 left out (they split nothing);
+    axis order aside, since the sampler reorders weights for its decode loop."""
+    sizes = x.array.sharding.mesh.shape
+    return {a.name: p for a, p in zip(x.axes, x.array.sharding.spec, strict=False) if p is not None and sizes[p] > 1}
 
 
 def run() -> dict:
@@ -74,8 +77,8 @@ def run() -> dict:
             after.append(float(np.max(np.abs(lp - b)[v == 1])))
             after_vs_old.append(float(np.max(np.abs(lp - a)[v == 1])))
 
-    q_proj = sampler.model.transformer.layers.stacked.self_attn.q_proj.weight
-    # the KV cache as the sampler's prefill leaves it: [batch, kv_head, slot, head_size] split by rows and kv heads
+    q_proj = sampler.model.transformer.layers.unstacked()[0].self_attn.q_proj.weight
+    # the KV cache as the sampler's prefill leaves it: k [batch, kv_head, head_size, slot] split by rows and kv heads
     where = kernels.state_sharding(mesh)
     tokens, pad = jax.device_put((np.ones((8, MAX_SEQ_LEN), np.int32), np.zeros(8, np.int32)), (where.tokens, where.pad))
     with compute_scope(mesh):
@@ -94,9 +97,8 @@ def run() -> dict:
         "mesh": dict(zip(mesh.axis_names, mesh.devices.shape, strict=True)),
         "weight_devices": weight_devices(sampler.model),
         "arrived_devices": weight_devices(arrived),
-        "q_proj_axes": [a.name for a in q_proj.axes],
-        "q_proj_spec": spec_of(q_proj),
-        "arrived_q_proj_spec": spec_of(arrived.transformer.layers.stacked.self_attn.q_proj.weight),
+        "q_proj_placement": placement_of(q_proj),
+        "arrived_q_proj_placement": placement_of(arrived.transformer.layers.stacked.self_attn.q_proj.weight),
         "versions": [c.versions for _, c in rows],
         "max_gap_before_swap": max(before),
         "max_gap_after_swap": max(after) if after else None,

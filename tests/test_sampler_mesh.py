@@ -38,15 +38,15 @@ def test_sampler_weights_and_kv_cache_are_sharded_over_the_mesh(result):
     assert result["devices"] == 4 and result["mesh"] == {"data": 2, "fsdp": 1, "model": 2}
     assert result["weight_devices"] == 4
     # attention heads (kv_head) split over `model` = tensor parallel; "embed" over fsdp (size 1 here)
-    assert result["q_proj_axes"][1] == "kv_head" and result["q_proj_spec"] == "P(None, 'model', None, None, 'fsdp')"
-    # 8 rows x 4 kv heads x 64 slots x 16: each device holds 4 rows (data=2) x 2 kv heads (model=2)
-    assert result["cache_shape"] == [8, 4, 64, 16] and result["cache_devices"] == 4
-    assert result["cache_shard_shapes"] == [[4, 2, 64, 16]]
+    assert result["q_proj_placement"] == {"kv_head": "model"}
+    # keys: 8 rows x 4 kv heads x 16 (head size) x 64 slots: each device holds 4 rows (data=2) x 2 kv heads (model=2)
+    assert result["cache_shape"] == [8, 4, 16, 64] and result["cache_devices"] == 4
+    assert result["cache_shard_shapes"] == [[4, 2, 16, 64]]
 
 
 def test_weights_from_the_trainer_arrive_sharded(result):
     assert result["arrived_devices"] == 4
-    assert result["arrived_q_proj_spec"] == result["q_proj_spec"]
+    assert result["arrived_q_proj_placement"] == result["q_proj_placement"]
 
 
 def test_mesh_logprobs_equal_one_device_trainer_before_and_after_a_swap(result):

@@ -77,7 +77,8 @@ def shard_model(model: Any, mesh: Mesh) -> Any:
 
 
 def cache_sharding(mesh: Mesh) -> NamedSharding:
-    """KV cache [batch, kv_head, slot, head_size]: rows over the batch axes, kv heads over `model`."""
+    """KV cache k [batch, kv_head, head_size, slot] and v [batch, kv_head, slot, head_size]: rows over the batch
+    axes, kv heads over `model`."""
     (rows,) = hax.partitioning.pspec_for_axis((BATCH_AXIS,), COMPUTE_MAPPING)
     return NamedSharding(mesh, PartitionSpec(rows, COMPUTE_MAPPING["kv_head"], None, None))
 

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from marin_rl.inference import kernels
-from marin_rl.inference.decoder import check_supported, init_cache
+from marin_rl.inference.decoder import check_supported, decode_layout, init_cache
 from marin_rl.inference.mesh_placement import (
     check_model_splits,
     row_split,
@@ -89,14 +89,15 @@ def _pow2_bucket(n: int, lo: int, hi: int) -> int:
 
 def _on_mesh(model: Any, mesh: "Mesh", dtype) -> Any:
     """The model's arrays on their shards of `mesh` (numpy leaves would be re-sent every chunk), floating ones cast
-    to dtype (shard by shard: the cast keeps the placement)."""
+    to dtype (shard by shard: the cast keeps the placement), laid out once for the decode loop
+    (inference/decoder.py decode_layout)."""
 
     def cast(x):
         if not eqx.is_array(x):
             return x
         return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype else x
 
-    return jax.tree.map(cast, shard_model(model, mesh))
+    return decode_layout(jax.tree.map(cast, shard_model(model, mesh)))
 
 
 def _signature(model) -> tuple:
