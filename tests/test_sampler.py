@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from marin_rl.config.spec import ModelConfig, SamplerConfig
+from marin_rl.inference import sampler as sampler_module
 from marin_rl.inference.sampler import Completion, Sampler, SampleRequest
 from marin_rl.inference.token_choice import truncation_mask
 from marin_rl.models.policy import build_policy
@@ -129,6 +130,7 @@ def test_weight_swap_mid_generation_recomputes_cache(model_a, model_b, tok, prom
     cfg = sampler_cfg(max_new_tokens=20)
     s = Sampler(model_a, tok, cfg, MAX_SEQ_LEN, version=0, seed=2)
     on_chunk, calls = _swap_at_first_boundary(s, model_b, 1)
+    s.generate(prompts, 2, key=jax.random.PRNGKey(0))  # compiles what this test's shapes need, if not yet done
     n_compiled = len(s.compile_events)
     rows = _rows(prompts, s.generate(prompts, 2, on_chunk=on_chunk))
     assert calls[:2] == [1, 2]
@@ -147,6 +149,31 @@ def test_weight_swap_mid_generation_recomputes_cache(model_a, model_b, tok, prom
             assert np.max(np.abs(lp[chunk:] - a[chunk:])) > 1e-2  # ... which really differ from the old ones
     # the swap reused the compiled decode program (same shapes), only the refill may be new
     assert not any("decode_chunk" in e for e in s.compile_events[n_compiled:])
+
+
+def test_kv_cache_grows_with_the_sequences_and_stays_exact(model_a, model_b, tok, prompts, monkeypatch):
+    # a 16-slot floor: 40 new tokens after prompts of <= 5 grow the cache 16 -> 32 -> 64 (MAX_SEQ_LEN)
+    monkeypatch.setattr(sampler_module, "MIN_CACHE_BUCKET", 16)
+    s = Sampler(model_a, tok, sampler_cfg(max_new_tokens=40), MAX_SEQ_LEN, version=0, seed=4)
+    decoded_slots: list[int] = []  # the cache size each decode chunk ran on
+    real_decode = s._kernels.decode_chunk
+
+    def spy(model, state, *args, **kwargs):
+        decoded_slots.append(state.cache.num_slots)
+        return real_decode(model, state, *args, **kwargs)
+
+    s._kernels = s._kernels._replace(decode_chunk=spy)
+    rows = _rows(prompts, s.generate(prompts, 2, temperature=0.7))
+    assert max(len(c.tokens) for _, c in rows) > 28, "no row grew past 32 slots"
+    assert decoded_slots[0] == 16 and decoded_slots == sorted(decoded_slots) and decoded_slots[-1] == MAX_SEQ_LEN
+    assert max_abs_diff(model_a, rows, 0.7) < TOL
+    # a swap after the first chunk rebuilds the grown cache exactly under the new weights
+    on_chunk, _ = _swap_at_first_boundary(s, model_b, 1)
+    rows = _rows(prompts, s.generate(prompts, 2, temperature=0.7, on_chunk=on_chunk))
+    chunk = s.cfg.decode_chunk
+    assert max(len(c.tokens) for _, c in rows) > 28
+    for (_, c), b in zip(rows, teacher_logprobs(model_b, rows, 0.7)):
+        assert len(c.tokens) <= chunk or np.max(np.abs(np.asarray(c.logprobs[chunk:]) - b[chunk:])) < TOL
 
 
 def test_weight_swap_keep_cache_continues_on_old_kv(model_a, model_b, tok, prompts):

@@ -109,6 +109,14 @@ def init_cache(model, batch: int, num_slots: int, dtype=jnp.float32, sharding=No
     return KvCache(zeros((batch, heads, head_size, num_slots)), zeros((batch, heads, num_slots, head_size)))
 
 
+def grow_cache(cache: KvCache, num_slots: int) -> KvCache:
+    """`cache` with zero slots appended up to `num_slots`; the slots already written keep their keys and values."""
+    extra = num_slots - cache.num_slots
+    k = tuple(jnp.pad(k, ((0, 0), (0, 0), (0, 0), (0, extra))) for k in cache.k)
+    v = tuple(jnp.pad(v, ((0, 0), (0, 0), (0, extra), (0, 0))) for v in cache.v)
+    return KvCache(k, v)
+
+
 def _attend(q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, attn: Attention) -> jax.Array:
     """softmax(q k * scale [soft-capped], masked) v for q[B,Hkv,G,T,D], k[B,Hkv,D,S], v[B,Hkv,S,D], key_mask[B,T,S].
 

@@ -1,8 +1,9 @@
-"""The two jitted programs of the sampler: prefill/refill of the KV cache, and a chunk of decode steps.
+"""The jitted programs of the sampler: prefill/refill of the KV cache, a chunk of decode steps, and cache growth.
 
-Both take the model as an argument (never a closure), so new weights of the same shapes reuse the compiled
-programs. Compiled shapes: the batch bucket, the cache length (max_seq_len), the fill length bucket, and the
-chunk length; prompt lengths, temperature, greedy, top-k/top-p and max_new_tokens are traced values.
+They take the model as an argument (never a closure), so new weights of the same shapes reuse the compiled
+programs. Compiled shapes: the batch bucket, the KV cache's slot bucket (it grows by doubling as sequences
+lengthen, up to max_seq_len), the fill length bucket, and the chunk length; prompt lengths, temperature, greedy,
+top-k/top-p and max_new_tokens are traced values.
 
 One pair per mesh (`kernels_for`): the programs are traced under the sampler's mesh and axis mapping
 (inference/mesh_placement.py), and the decode state and KV cache they return are pinned to `state_sharding`, so
@@ -19,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from marin_rl.inference.decoder import KvCache, decode_step, fill_cache
+from marin_rl.inference.decoder import KvCache, decode_step, fill_cache, grow_cache
 from marin_rl.inference.mesh_placement import cache_sharding, replicated, rows_sharding
 from marin_rl.inference.token_choice import choose_tokens
 
@@ -54,6 +55,7 @@ class StepOutput(NamedTuple):
 class Kernels(NamedTuple):
     fill: Callable  # (model, tokens, pad, cache, *, length) -> cache
     decode_chunk: Callable  # (model, state, key, params, *, num_steps) -> (state, StepOutput)
+    grow: Callable  # (cache, *, num_slots) -> cache with zero slots appended
 
 
 def state_sharding(mesh: Mesh) -> DecodeState:
@@ -67,7 +69,7 @@ def state_sharding(mesh: Mesh) -> DecodeState:
 
 @functools.cache
 def kernels_for(mesh: Mesh) -> Kernels:
-    """The jitted fill and decode_chunk of one mesh; the decode state and KV cache they return are placed where
+    """The jitted fill, decode_chunk and grow of one mesh; the decode state and KV cache they return are placed where
     `state_sharding` puts them (jit's out_shardings: in the very form the inputs were placed in, since an
     equivalent but differently written sharding, e.g. P() for P('data') of size 1, would be a new cache entry).
 
@@ -84,10 +86,14 @@ def kernels_for(mesh: Mesh) -> Kernels:
     def decode(model, state: DecodeState, key: jax.Array, params: DecodeParams, *, num_steps: int):
         return decode_chunk(model, state, key, params, num_steps)
 
+    def grow(cache: KvCache, *, num_slots: int) -> KvCache:
+        return grow_cache(cache, num_slots)
+
     return Kernels(
         jax.jit(fill, static_argnames=("length",), donate_argnames=("cache",), out_shardings=where.cache),
         jax.jit(decode, static_argnames=("num_steps",), donate_argnames=("state",),
                 out_shardings=(where, step_rows)),
+        jax.jit(grow, static_argnames=("num_slots",), out_shardings=where.cache),
     )
 
 

@@ -7,8 +7,10 @@ does not say which weights produced which token, and on the CPU it falls back to
 marin_rl/inference/decoder.py: only the attention kernel is new; embeddings, norms, projections, RoPE, MLP and
 LM head are Levanter's own), with the scheduling RL needs:
 
-- batched prompts, n generations each (rows), padded to fixed batch buckets; prompts left-padded into a cache of
-  max_seq_len slots, so prompt lengths never change a compiled shape (compiles are logged: `compile_events`);
+- batched prompts, n generations each (rows), padded to fixed batch buckets; prompts left-padded so that they
+  end at one slot, so prompt lengths never change a compiled shape (compiles are logged: `compile_events`);
+- a KV cache that grows with the sequences (power-of-two slot buckets from MIN_CACHE_BUCKET up to max_seq_len):
+  decode attends over the slots the wave can have written, not over max_seq_len;
 - generation in chunks of `sampler_cfg.decode_chunk` decode steps (one jitted while_loop per chunk); between
   chunks `on_chunk(chunks_done)` runs and weights passed to `set_weights` (any thread) take effect;
 - every token records the version of the weights that produced it (Completion.versions), every completion its
@@ -76,6 +78,11 @@ DEFAULT_MAX_BATCH = 64  # rows (prompts x generations) decoded together when max
 MIN_BATCH_BUCKET = 8  # smallest batch shape compiled: fewer rows are padded up to it
 # smallest prefill length compiled: fill lengths are powers of two from here up to max_seq_len
 MIN_FILL_BUCKET = 16
+# smallest KV cache compiled (slots). The cache doubles when the next chunk needs more slots, up to max_seq_len:
+# each decode step reads the whole cache, which at batch 32 outweighs the weights (19M params, 256 slots: 100 MB
+# of keys and values against 76 MB of weights per step), so reading only the slots in reach is the larger saving;
+# each size is one more compiled decode program, hence a floor rather than growth from 16.
+MIN_CACHE_BUCKET = 64
 KV_ON_SWAP = ("recompute", "keep")
 
 
@@ -289,9 +296,10 @@ class Sampler:
         where = kernels.state_sharding(self.mesh)
         tokens_BS, pad_B = jax.device_put((packed.tokens_BS, packed.pad_B), (where.tokens, where.pad))
         fill_len = _pow2_bucket(max(packed.prompt_end - 1, 1), MIN_FILL_BUCKET, S)
+        slots = max(fill_len, self._cache_slots(packed.prompt_end - 1 + self.cfg.decode_chunk))
         cache = self._timed(
             "prefill", self._kernels.fill, f"batch={B} length={fill_len}", self._model, tokens_BS, pad_B,
-            init_cache(self._model, B, S, self.compute_dtype, where.cache), length=fill_len,
+            init_cache(self._model, B, slots, self.compute_dtype, where.cache), length=fill_len,
         )
         cur, gen_start, done_B = jax.device_put(
             (np.int32(packed.prompt_end - 1), np.int32(packed.prompt_end), packed.done_B),
@@ -304,8 +312,10 @@ class Sampler:
         cur = packed.prompt_end - 1
         while True:
             version = self._version  # weights of this chunk: swaps only happen below, between chunks
+            state = self._grow_cache(state, cur + self.cfg.decode_chunk)
+            slots = state.cache.num_slots
             state, out = self._timed(
-                "decode_chunk", self._kernels.decode_chunk, f"batch={B} slots={S} steps={self.cfg.decode_chunk}",
+                "decode_chunk", self._kernels.decode_chunk, f"batch={B} slots={slots} steps={self.cfg.decode_chunk}",
                 self._model, state, jax.random.fold_in(key, progress.chunks), params,
                 num_steps=self.cfg.decode_chunk,
             )
@@ -333,6 +343,21 @@ class Sampler:
         split = row_split(self.mesh)
         return -(-bucket // split) * split
 
+    def _cache_slots(self, needed: int) -> int:
+        """KV cache slots for `needed` slots: the power-of-two bucket from MIN_CACHE_BUCKET, capped at max_seq_len."""
+        return _pow2_bucket(needed, MIN_CACHE_BUCKET, self.max_seq_len)
+
+    def _grow_cache(self, state: kernels.DecodeState, needed: int) -> kernels.DecodeState:
+        """The state with a cache of at least `needed` slots (the next chunk writes up to slot cur + chunk - 1)."""
+        slots = self._cache_slots(needed)
+        if slots <= state.cache.num_slots:
+            return state
+        cache = self._timed(
+            "grow_cache", self._kernels.grow, f"batch={state.tokens.shape[0]} slots={slots}", state.cache,
+            num_slots=slots,
+        )
+        return state._replace(cache=cache)
+
     def _swap_between_chunks(self, state: kernels.DecodeState, cur: int, progress: WaveProgress):
         """Apply weights queued by set_weights; with kv_on_swap=recompute, rebuild the cache under them."""
         if not self._apply_pending_weights():
@@ -340,8 +365,8 @@ class Sampler:
         progress.swaps += 1
         if self.kv_on_swap != "recompute":
             return state
-        B, S = state.tokens.shape
-        refill_len = _pow2_bucket(cur, MIN_FILL_BUCKET, S)
+        B = state.tokens.shape[0]
+        refill_len = _pow2_bucket(cur, MIN_FILL_BUCKET, state.cache.num_slots)
         cache = self._timed(
             "prefill", self._kernels.fill, f"batch={B} length={refill_len}", self._model, state.tokens, state.pad,
             state.cache, length=refill_len,
