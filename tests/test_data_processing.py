@@ -80,7 +80,9 @@ def test_pack_rollouts_layout_and_truncation_mask():
         pack_rollouts(rollouts, np.zeros(2), seq_len=4, pad_id=0)
 
 
-@pytest.mark.parametrize("longest, bucket", [(1, 32), (32, 32), (33, 64), (100, 128), (300, 256)])
+@pytest.mark.parametrize(
+    "longest, bucket", [(1, 32), (32, 32), (33, 48), (45, 48), (49, 64), (65, 96), (100, 128), (129, 192), (300, 256)]
+)
 def test_length_bucket(longest, bucket):
     assert length_bucket(longest, max_seq_len=256) == bucket
 
