@@ -164,7 +164,6 @@ class Trainer:
         vocab_chunk: int | None = None,
         reference_model: Any = None,
         total_steps: int | None = None,
-        donate_state: bool = False,
         devices: list | None = None,
     ):
         if sampler_temperature <= 0:
@@ -196,18 +195,12 @@ class Trainer:
         self.schedule = lr_schedule(opt_cfg, self.total_steps)
         self.optimizer = make_optimizer(opt_cfg, self.total_steps)
         self.reference_model = reference_model
-        self.traces = 0  # times the loss/gradient pass was traced (== compiled): stays 1 at fixed shapes
-        # Two compiled pieces: the loss/gradient pass (shared by `grads` and `train_step`, so tests and tools
-        # never compile it twice) and the optimizer update.
-        self._grads = eqx.filter_jit(self._grads_entry)
-        # named_jit pins the new state's output shardings to the parameter mapping (jit's own choice may differ
-        # in form, e.g. P() for P('fsdp') on a size-1 axis, and a differently-keyed state would recompile).
-        self._apply = hax.named_jit(
-            self._apply_impl,
-            axis_resources=meshes.COMPUTE_MAPPING,
-            out_axis_resources=meshes.PARAMETER_MAPPING,
-            donate_args=(True, False) if donate_state else None,
-        )
+        self.traces = 0  # times the train step was traced (== compiled): stays 1 at fixed shapes
+        self._grads = eqx.filter_jit(self._grads_entry)  # `grads` alone (tests, tools)
+        # train_step is one program, gradients then update: as two jitted calls it paid ~10 ms more Python
+        # dispatch per step (Haliax's named_jit rebuilt every output's partition spec on each call), a third of the
+        # whole step at 0.15M parameters (docs/benchmarks.md).
+        self._step = None  # jitted on the first train_step, when the state's placement is known
         self._logprobs = eqx.filter_jit(self._logprobs_impl)
 
     @property
@@ -315,7 +308,6 @@ class Trainer:
         return grads, metrics
 
     def _grads_entry(self, model, batch: TrainBatch, ref_model):
-        self.traces += 1  # python side effect: runs only while tracing
         params, static = eqx.partition(model, eqx.is_inexact_array)
         grads, metrics = self._grads_impl(params, static, batch, ref_model)
         grads = meshes.shard_params(grads, self.mesh)  # reduce-scattered into the parameters' own layout
@@ -323,6 +315,21 @@ class Trainer:
         metrics["train/tokens"] = batch.loss_mask.sum()
         metrics["train/sequences"] = (batch.loss_mask.sum(-1) > 0).sum().astype(jnp.float32)
         return grads, metrics
+
+    def _step_entry(self, state: TrainerState, batch: TrainBatch, ref_model):
+        """(state after one AdamW step, metrics); with a non-finite loss the update is skipped inside the program
+        and `state` comes back unchanged (train_step then raises)."""
+        self.traces += 1  # python side effect: runs only while tracing
+        grads, metrics = self._grads_entry(state.model, batch, ref_model)
+
+        def keep(state, grads):
+            return state, jax.tree.map(lambda x: jnp.full(x.shape, jnp.nan, x.dtype), update_shapes)
+
+        update_shapes = jax.eval_shape(self._apply_impl, state, grads)[1]
+        state, update_metrics = jax.lax.cond(
+            jnp.isfinite(metrics["loss/total"]), self._apply_impl, keep, state, grads
+        )
+        return state, {**metrics, **update_metrics}
 
     def _apply_impl(self, state: TrainerState, grads):
         """AdamW update of the trainable leaves; returns (new state, optimizer metrics)."""
@@ -385,13 +392,17 @@ class Trainer:
         A non-finite loss raises FloatingPointError BEFORE the update, so `state` is still the last good one.
         """
         batch, ref_model = self._prepare(batch)
+        if self._step is None:
+            # out_shardings: every new state is placed exactly as the first one was, so the next call finds its
+            # input where it expects it (a sharding constraint would let XLA rewrite e.g. P('fsdp') on a size-1
+            # axis as P(), a different jit cache key: one recompile per step)
+            placement = jax.tree.map(lambda x: x.sharding, state)
+            self._step = jax.jit(self._step_entry, out_shardings=(placement, meshes.replicated(self.mesh)))
         with meshes.compute_scope(self.mesh):
-            grads, metrics = self._grads(state.model, batch, ref_model)
-            loss = float(metrics["loss/total"])
-            if not math.isfinite(loss):
-                raise FloatingPointError(
-                    f"non-finite loss {loss} at step {int(state.step) + 1}; update not applied"
-                )
-            state, update_metrics = self._apply(state, grads)
-        metrics = {k: float(v) for k, v in jax.device_get({**metrics, **update_metrics}).items()}
-        return state, metrics
+            new_state, metrics = self._step(state, batch, ref_model)
+        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        if not math.isfinite(metrics["loss/total"]):
+            raise FloatingPointError(
+                f"non-finite loss {metrics['loss/total']} at step {int(state.step) + 1}; update not applied"
+            )
+        return new_state, metrics
