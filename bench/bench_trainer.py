@@ -10,9 +10,11 @@ conf/loss/grpo.yaml (KL to a reference model), 4 prompts x 8 generations of real
 pack_rollouts, pad_train_batch, Trainer.train_step). Without a preset, batches are char-tokenizer rows of --seq.
 
 Printed: step seconds (median over --steps steps after the compile step), tokens per step (real = prompt + response
-tokens, padded = rows x bucket length), model FLOPs per step = 6 x params x padded tokens (what the matmuls run on;
-the KL reference forward, 2 x params x padded tokens more, is not counted), achieved GFLOP/s, the machine's JAX f32
-matmul peak measured here (best of square matmuls 512-2048) and MFU = achieved / peak.
+tokens, padded = rows x bucket length), model FLOPs per step = 6 x params x padded tokens (the policy's forward and
+backward: what the matmuls run on), achieved GFLOP/s, the machine's JAX f32 matmul peak measured here (best of square
+matmuls 512-2048) and MFU = achieved / peak. With a KL term (loss.kl.coef > 0) the step also runs the reference
+model's forward, 2 x params x padded tokens more: a second MFU line counts it (8 x params x padded tokens), so both
+readings are on the page. `--kl-coef 0` drops the reference (the peers' RL setting: GRPO without KL).
 """
 
 from __future__ import annotations
@@ -37,6 +39,14 @@ from marin_rl.training.trainer import TrainBatch, Trainer, pad_train_batch
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PRESETS = {
+    "grpo-0.15m": {
+        "model": {},
+        "loss": "grpo",
+        "prompts": 4,
+        "generations": 8,
+        "max_new_tokens": 32,
+        "answer_tokens": 30,
+    },
     "grpo-4m": {
         "model": {"hidden_dim": 256, "intermediate_dim": 1024, "num_layers": 4},
         "loss": "grpo",
@@ -135,6 +145,9 @@ def main() -> None:
     parser.add_argument("--loss", default=None, help="conf/loss/NAME.yaml (default: dapo_global, or the preset's)")
     parser.add_argument("--batch", type=int, default=64, help="rows per step (no preset)")
     parser.add_argument("--seq", type=int, default=128, help="row length (no preset)")
+    parser.add_argument(
+        "--kl-coef", type=float, default=None, help="override loss.kl.coef (0 = no reference model forward)"
+    )
     parser.add_argument("--micro-batch", type=int, default=None)
     parser.add_argument("--vocab-chunk", type=int, default=None)
     parser.add_argument(
@@ -152,6 +165,8 @@ def main() -> None:
         model_cfg = model_cfg.model_copy(update={"max_seq_len": args.seq})
     loss_name = args.loss or (preset["loss"] if preset else "dapo_global")
     loss_cfg = LossConfig(**load_yaml("loss", loss_name))
+    if args.kl_coef is not None:
+        loss_cfg = loss_cfg.model_copy(update={"kl": loss_cfg.kl.model_copy(update={"coef": args.kl_coef})})
     opt_cfg = OptimizerConfig(**load_yaml("optimizer", "adamw"))
     hardware = HardwareConfig(**load_yaml("hardware", "cpu"))
     if args.unroll_layers != "config":
@@ -192,7 +207,7 @@ def main() -> None:
     peak = matmul_peak_gflops()
     print(
         f"model {args.model}{' preset ' + args.preset if preset else ''} ({params:,} params, vocab "
-        f"{len(tokenizer)}), loss {loss_name}, batch {batch_size} x seq {batches[1].tokens.shape[1]}, "
+        f"{len(tokenizer)}), loss {loss_name} (kl coef {loss_cfg.kl.coef}), batch {batch_size} x seq {batches[1].tokens.shape[1]}, "
         f"micro-batch {args.micro_batch or batch_size}, vocab chunk {args.vocab_chunk}, "
         f"unroll layers {trainer.unroll_layers}, {jax.devices()[0].platform}"
     )
@@ -206,6 +221,12 @@ def main() -> None:
     )
     print(f"model FLOPs/step: 6 x params x padded tokens = {model_gflop:.1f} GFLOP; achieved {achieved:.1f} GFLOP/s")
     print(f"JAX f32 matmul peak (square {MATMUL_SIZES}): {peak:.1f} GFLOP/s; MFU {achieved / peak:.1%}")
+    if loss_cfg.kl.coef > 0:
+        with_ref = 8 * params * padded_tokens / 1e9
+        print(
+            f"with the KL reference forward (8 x params x padded tokens = {with_ref:.1f} GFLOP): "
+            f"{with_ref / step_s:.1f} GFLOP/s, MFU {with_ref / step_s / peak:.1%}"
+        )
 
 
 if __name__ == "__main__":
