@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -56,6 +58,36 @@ def test_an_extra_round_lost_with_its_worker_goes_back_to_the_queue():
     coordinator.publish_weights(WeightPacket(8, "x", 0))
     assert coordinator.register_worker(0) == 0  # worker 0 restarts after v8: its v7 round is moot, not re-queued
     assert coordinator.claim_extra_groups(8, worker_id=0) is None and coordinator.claim_extra_groups(7, worker_id=0) is None
+
+
+def test_an_idle_worker_waiting_for_news_wakes_on_weights_extra_rounds_and_stop_only():
+    coordinator = Coordinator()
+    coordinator.publish_weights(WeightPacket(3, "x", 0))
+
+    def waited(version: int, announce) -> float:
+        """Seconds wait_for_news(version, timeout 5 s) blocked while `announce` ran 0.2 s after it started."""
+        timer = threading.Timer(0.2, announce)
+        start = time.monotonic()
+        timer.start()
+        coordinator.wait_for_news(version, timeout_s=5.0)
+        seconds = time.monotonic() - start
+        timer.join()
+        return seconds
+
+    t0 = time.monotonic()
+    coordinator.wait_for_news(3, timeout_s=0.3)  # nothing new: the timeout
+    assert 0.25 < time.monotonic() - t0 < 2.0
+    assert 0.15 < waited(3, lambda: coordinator.request_extra_groups(3, 2)) < 2.0
+    coordinator.claim_extra_groups(3, worker_id=0)
+    assert 0.15 < waited(3, lambda: coordinator.publish_weights(WeightPacket(4, "x", 0))) < 2.0
+    t0 = time.monotonic()
+    coordinator.wait_for_news(2, timeout_s=5.0)  # weights newer than v2 are already out: no wait at all
+    assert time.monotonic() - t0 < 0.1
+    coordinator.request_extra_groups(3, 1)  # an extra round for other weights is not news to a v4 worker
+    t0 = time.monotonic()
+    coordinator.wait_for_news(4, timeout_s=0.3)
+    assert time.monotonic() - t0 > 0.25
+    assert 0.15 < waited(4, lambda: coordinator.request_stop("done")) < 2.0
 
 
 @pytest.mark.parametrize("groups, workers, shares", [(8, 1, [8]), (8, 3, [3, 3, 2]), (5, 5, [1] * 5), (7, 2, [4, 3])])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from marin_rl.runtime.weight_sync import WeightPacket
 
 ExtraRound = tuple[int, int, int]  # (policy version, groups, index of the extra round within that version)
@@ -21,6 +23,7 @@ class Coordinator:
         self.extra_pending: list[ExtraRound] = []  # requested by the trainer, not yet claimed
         self.extra_claimed: dict[int, ExtraRound] = {}  # worker -> the extra round it took last
         self.extra_rounds: dict[int, int] = {}  # version -> extra rounds requested so far
+        self.news = threading.Condition()  # announced on new weights, extra rounds and stop (`wait_for_news`)
 
     def register_worker(self, worker_id: int) -> int:
         """The worker's incarnation: 0 for its first start, +1 for every restart (it names the worker's streams).
@@ -38,6 +41,7 @@ class Coordinator:
         index = self.extra_rounds.get(version, 0)
         self.extra_rounds[version] = index + 1
         self.extra_pending.append((version, n_groups, index))
+        self._announce()
 
     def claim_extra_groups(self, version: int, worker_id: int) -> tuple[int, int] | None:
         """(n_groups, index) of a pending extra round for `version`, claimed whole by one worker; else None."""
@@ -66,9 +70,26 @@ class Coordinator:
                 self.first_version = self.drawn_step = packet.version
             # older ones are moot
             self.extra_pending = [r for r in self.extra_pending if r[0] >= packet.version - self.lag]
+            self._announce()
 
     def weights_newer_than(self, version: int) -> WeightPacket | None:
         return self.packet if self.packet is not None and self.packet.version > version else None
+
+    def wait_for_news(self, version: int, timeout_s: float) -> None:
+        """Return once weights newer than `version` are out, an extra round for `version` is pending or a stop is
+        requested, or after timeout_s. An idle sync worker blocks here instead of polling on a timer, so it starts
+        the next round the moment the trainer publishes (this actor is threaded: the driver gives it a thread per
+        worker on top of its own)."""
+        with self.news:
+            self.news.wait_for(
+                lambda: self.weights_newer_than(version) is not None or self.stop_reason is not None
+                or any(r[0] == version for r in self.extra_pending),
+                timeout=timeout_s,
+            )
+
+    def _announce(self) -> None:
+        with self.news:
+            self.news.notify_all()
 
     def weights_at(self, version: int) -> WeightPacket | None:
         """The packet of exactly `version` while it is one of the newest two, else None."""
@@ -84,6 +105,7 @@ class Coordinator:
 
     def request_stop(self, reason: str) -> None:
         self.stop_reason = self.stop_reason or reason
+        self._announce()
 
     def should_stop(self) -> bool:
         return self.stop_reason is not None

@@ -32,6 +32,7 @@ from marin_rl.runtime.ray_cluster import (
 
 logger = logging.getLogger(__name__)
 
+COORDINATOR_THREADS = 16  # coordinator threads for short calls; +1 per rollout worker (it may block one in wait_for_news)
 WORKER_RESTART_LIMIT = -1  # Ray restarts a dead rollout worker without limit; the run never waits on a dead one
 
 
@@ -93,7 +94,7 @@ class RunDriver:
         # Named (unique per run, even in a shared namespace) so rollout workers get names, not handles: see there.
         names = {role: f"marin-rl-{uuid.uuid4().hex[:12]}-{role}" for role in ("coordinator", "trainer")}
         self.coordinator = ray.remote(Coordinator).options(
-            name=names["coordinator"], num_cpus=0, max_concurrency=16
+            name=names["coordinator"], num_cpus=0, max_concurrency=COORDINATOR_THREADS + hw.num_rollout_workers
         ).remote(lag=VERSION_LAG[s.rollout.mode])
         trainers = [
             ray.remote(TrainerActor).options(

@@ -38,6 +38,7 @@ from marin_rl.runtime.weight_sync import WeightSyncError, arrays_into_model, mak
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.02  # how often an idle worker asks the coordinator for new weights or work
+NEWS_WAIT_S = 1.0  # longest an idle sync worker blocks in Coordinator.wait_for_news before it looks around again
 
 
 class RolloutWorker:
@@ -216,7 +217,7 @@ class RolloutWorker:
                 if work is None:
                     self._check_deadline(idle_since + self.spec.rollout.watchdog_timeout_s,
                                          f"no weights newer than v{self.version} and no extra work")
-                    time.sleep(POLL_S)
+                    ray.get(self.coordinator.wait_for_news.remote(self.version, NEWS_WAIT_S))
                     continue
             served_version = self.version
             groups, stats = self.sample_groups(*work, on_chunk=swap_between_chunks if inflight else None)
