@@ -207,7 +207,8 @@ def main() -> None:
     peak = matmul_peak_gflops()
     print(
         f"model {args.model}{' preset ' + args.preset if preset else ''} ({params:,} params, vocab "
-        f"{len(tokenizer)}), loss {loss_name} (kl coef {loss_cfg.kl.coef}), batch {batch_size} x seq {batches[1].tokens.shape[1]}, "
+        f"{len(tokenizer)}), loss {loss_name} (kl coef {loss_cfg.kl.coef}), "
+        f"batch {batch_size} x seq {batches[1].tokens.shape[1]}, "
         f"micro-batch {args.micro_batch or batch_size}, vocab chunk {args.vocab_chunk}, "
         f"unroll layers {trainer.unroll_layers}, {jax.devices()[0].platform}"
     )
