@@ -56,14 +56,16 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
 
 
-def wait_for(predicate, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:
+def wait_for(
+    predicate, timeout: float, proc: subprocess.Popen | None = None, what: str = "", every_s: float = 0.5
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"run exited ({proc.returncode}) before {what}")
-        time.sleep(0.5)
+        time.sleep(every_s)
     raise AssertionError(f"timed out waiting for {what}")
 
 

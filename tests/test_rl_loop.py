@@ -127,10 +127,14 @@ def test_killed_run_resumes_to_the_uninterrupted_result(sync_run, tmp_path):
     args = [*SYNC, f"hydra.run.dir={tmp_path}"]
     proc = start(*args, log=log)
     try:
-        wait_for(lambda: latest_checkpoint(tmp_path / "checkpoints") is not None, 400, proc, "checkpoint 2")
+        # polled often: a step of this run takes ~0.15 s, so checkpoint 4 may follow 2 within half a second
+        wait_for(
+            lambda: latest_checkpoint(tmp_path / "checkpoints") is not None, 400, proc, "checkpoint 2", every_s=0.02
+        )
     finally:
         kill_group(proc)
     assert not (tmp_path / "summary.json").exists()  # killed hard: nothing claims the run finished
+    assert checkpoint_step(latest_checkpoint(tmp_path / "checkpoints")) == 2, "killed too late to test a resume"
     extra = json.loads((latest_checkpoint(tmp_path / "checkpoints") / "extra.json").read_text())
     wall_before_kill = extra["wall_seconds_before_resume"]
     out = launch(*args, "resume=auto")
