@@ -33,6 +33,7 @@ from marin_rl.config.spec import HardwareConfig, ModelConfig, OptimizerConfig, T
 from marin_rl.models.policy import build_policy, count_params
 from marin_rl.objectives import LossConfig
 from marin_rl.rollouts import Rollout, RolloutGroup
+from marin_rl.runtime.allocator import reexec_with_allocator
 from marin_rl.training.batch import length_bucket, pack_rollouts
 from marin_rl.training.data_processing import prepare_batch
 from marin_rl.training.trainer import TrainBatch, Trainer, pad_train_batch
@@ -154,6 +155,11 @@ def main() -> None:
         "--unroll-layers", choices=["config", "on", "off"], default="config",
         help="hardware.trainer_unroll_layers: config = conf/hardware/cpu.yaml's value",
     )
+    parser.add_argument(
+        "--malloc-hugepages", choices=["config", "on", "off"], default="config",
+        help="hardware.malloc_hugepages (this process re-executes itself with or without the glibc tunable, as "
+        "the trainer actor starts): config = conf/hardware/cpu.yaml's value",
+    )
     parser.add_argument("--steps", type=int, default=10, help="timed steps after the compile step")
     args = parser.parse_args()
 
@@ -171,6 +177,9 @@ def main() -> None:
     hardware = HardwareConfig(**load_yaml("hardware", "cpu"))
     if args.unroll_layers != "config":
         hardware = hardware.model_copy(update={"trainer_unroll_layers": args.unroll_layers == "on"})
+    if args.malloc_hugepages != "config":
+        hardware = hardware.model_copy(update={"malloc_hugepages": args.malloc_hugepages == "on"})
+    reexec_with_allocator(hardware.malloc_hugepages)
     batch_size = preset["prompts"] * preset["generations"] if preset else args.batch
     train = TrainConfig(batch_size=batch_size, micro_batch_size=args.micro_batch, steps=args.steps + 1)
 
@@ -210,7 +219,8 @@ def main() -> None:
         f"{len(tokenizer)}), loss {loss_name} (kl coef {loss_cfg.kl.coef}), "
         f"batch {batch_size} x seq {batches[1].tokens.shape[1]}, "
         f"micro-batch {args.micro_batch or batch_size}, vocab chunk {args.vocab_chunk}, "
-        f"unroll layers {trainer.unroll_layers}, {jax.devices()[0].platform}"
+        f"unroll layers {trainer.unroll_layers}, malloc huge pages {hardware.malloc_hugepages}, "
+        f"{jax.devices()[0].platform}"
     )
     print(f"compile + first step: {compile_s:.1f} s; recompiles after: {trainer.traces - 1}")
     print(

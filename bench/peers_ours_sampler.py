@@ -20,6 +20,7 @@ from marin_rl.inference.sampler import Sampler
 from marin_rl.models.hf_io import import_hf
 from marin_rl.models.policy import count_params
 from marin_rl.models.tokenizer import build_char_tokenizer
+from marin_rl.runtime.allocator import reexec_with_allocator
 
 
 def decode_rate(folder: str, prompts: list[list[int]], n: int, new_tokens: int, chunk: int, repeats: int) -> dict:
@@ -55,7 +56,10 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, required=True)
     ap.add_argument("--chunk", type=int, default=8, help="decode steps per jitted chunk (sampler.decode_chunk)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--malloc-hugepages", choices=["on", "off"], default="on",
+                    help="hardware.malloc_hugepages, as a rollout worker starts (conf/hardware/cpu.yaml: on)")
     args = ap.parse_args()
+    reexec_with_allocator(args.malloc_hugepages == "on")
     with open(args.prompts) as handle:
         spec = json.load(handle)
     for folder in args.folders:

@@ -83,6 +83,9 @@ EFFECTS = {
         ["hardware.trainer_mesh={data: 1, fsdp: 2, model: 1}", "hardware.trainer_processes=2"],
         lambda s: (group(s, "trainer").count, actor_runtime_env(s, "trainer")["env_vars"].get("XLA_FLAGS")),
     ),
+    "malloc_hugepages": (
+        [], ["hardware.malloc_hugepages=false"], lambda s: actor_runtime_env(s)["env_vars"].get("GLIBC_TUNABLES")
+    ),
     "param_dtype": ([], ["hardware.param_dtype=bfloat16"], lambda s: (trainer_dtypes(s)[0], memory_plan(s).trainer["parameters"])),
 }
 

@@ -143,6 +143,8 @@ class HardwareConfig(StrictModel):
     trainer_unroll_layers: bool = False
     # JAX processes (trainer actors) the trainer mesh spans, each holding an equal share of its devices
     trainer_processes: int = Field(1, ge=1)
+    # every Ray actor starts with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (runtime/allocator.py)
+    malloc_hugepages: bool = True
 
     vllm: VllmConfig = VllmConfig()  # read only when inference_backend=vllm
 
