@@ -10,7 +10,7 @@ Steps (each side in its own subprocess; peer scripts run in .venv-peers and neve
 3. RL steps/s and sampled tokens/s: `launch.py recipe=quickstart` with overrides (GRPO without KL, no SFT,
    4 prompts x 8 generations, 32 new tokens, weights from the export) vs bench/peers_trl_grpo.py (TRL
    GRPOTrainer, same settings, the same mock reverse task and exact-match reward), mean answer lengths reported;
-4. weight sync: bench/peers_weight_sync.py (ObjectStoreChannel and FileChannel publish + fetch vs a memcpy);
+4. weight sync: bench/peers_weight_sync.py (object store, shared-memory and file channels: publish + fetch vs a memcpy);
 5. in-flight vs sync: the same launch.py run with rollout.mode=sync and =inflight and longer answers.
 Sides alternate (ours first for one size, the peer first for the next). The table goes to stdout and to
 --out/peers-<UTC time>.md, the raw JSON rows to peers-<UTC time>.json, subprocess logs to peers-<UTC time>/.
@@ -232,7 +232,7 @@ def table(res: dict, args) -> str:
             f"| mean answer length {fmt(o and o['mean_answer_len'], 1)} / {fmt(t and t['mean_answer_len'], 1)} |"
         )
     for name, w in res["weight_sync"].items():
-        for channel in ("object_store", "files"):
+        for channel in ("object_store", "shared_memory", "files"):
             total = w[f"{channel}_publish_s"] + w[f"{channel}_fetch_s"]
             lines.append(
                 f"| weight sync s, {channel} publish+fetch (ours / numpy memcpy) | {name} | {total:.4f} "
@@ -268,7 +268,8 @@ def main() -> None:
     ap.add_argument("--eval-prompts", type=int, default=8, help="marin-rl's eval before/after RL (outside timing)")
     ap.add_argument("--weight-sync-sizes", nargs="+", default=["4M", "20M"], choices=list(SIZES),
                     help="models whose weights the weight-sync rows move")
-    ap.add_argument("--inflight-size", default="0.15M", choices=list(SIZES))
+    ap.add_argument("--inflight-size", default="4M", choices=list(SIZES),
+                    help="model of the in-flight vs sync pair (4M: sampling 96 tokens outlasts a train step)")
     ap.add_argument("--inflight-steps", type=int, default=10)
     ap.add_argument("--inflight-new-tokens", type=int, default=96, help="long answers: generation dominates")
     args = ap.parse_args()

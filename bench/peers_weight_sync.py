@@ -4,8 +4,10 @@
 
 The weights are an HF export folder's arrays (import_hf, float32, as model_to_arrays hands them to a channel).
 Each channel is timed as a rollout worker meets it: publish (the checksum included) in this process, then fetch
-(the checksum verification included) - FileChannel in this process through the --scratch folder, and
-ObjectStoreChannel in a separate Ray task on a private loopback Ray with token auth, as the runtime starts it.
+(the checksum verification included) - FileChannel in this process through the --scratch folder,
+ObjectStoreChannel in a separate Ray task on a private loopback Ray with token auth, as the runtime starts it, and
+SharedMemoryChannel (slots in a fresh /dev/shm folder) read in place by a Ray actor that keeps its channel across
+fetches, as a rollout worker does.
 memcpy: np.copyto of every array into preallocated arrays of the same shapes. Best of --repeats for each.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -21,7 +24,14 @@ import ray
 
 from marin_rl.models.hf_io import import_hf
 from marin_rl.runtime.ray_security import secure_ray_environment
-from marin_rl.runtime.weight_sync import FileChannel, ObjectStoreChannel, WeightPacket, model_to_arrays
+from marin_rl.runtime.weight_sync import (
+    FileChannel,
+    ObjectStoreChannel,
+    SharedMemoryChannel,
+    WeightPacket,
+    make_shm_dir,
+    model_to_arrays,
+)
 
 
 def best_seconds(fn, repeats: int) -> float:
@@ -75,6 +85,40 @@ def object_store_seconds(arrays: list[np.ndarray], repeats: int) -> tuple[float,
     return min(publish), min(fetch)
 
 
+@ray.remote(num_cpus=0)
+class _SharedMemoryReader:
+    """A rollout worker's side of SharedMemoryChannel: one channel (and its slot mappings) across fetches."""
+
+    def __init__(self, directory: str):
+        self.channel = SharedMemoryChannel(directory)
+
+    def timed_fetch(self, packet: WeightPacket) -> float:
+        """Seconds to lend the verified arrays in place (what the worker does before placing them)."""
+        t = time.perf_counter()
+        with self.channel.fetched(packet, timeout_s=60):
+            pass
+        return time.perf_counter() - t
+
+
+def shared_memory_seconds(arrays: list[np.ndarray], repeats: int) -> tuple[float, float]:
+    """(publish s, fetch s) of SharedMemoryChannel, the fetch in a Ray actor; best of `repeats` after one lap of the
+    slot ring (a run reuses its slots every step; the first lap creates them)."""
+    directory = make_shm_dir()
+    try:
+        channel = SharedMemoryChannel(directory)
+        reader = _SharedMemoryReader.remote(str(directory))
+        publish, fetch = [], []
+        for version in range(channel.slots + repeats):
+            t = time.perf_counter()
+            packet = channel.publish(arrays, version)
+            publish.append(time.perf_counter() - t)
+            fetch.append(ray.get(reader.timed_fetch.remote(packet)))
+        ray.kill(reader)
+        return min(publish[channel.slots:]), min(fetch[channel.slots:])
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folders", nargs="+", help="HF export folders")
@@ -92,10 +136,12 @@ def main() -> None:
             memcpy = memcpy_seconds(arrays, args.repeats)
             file_pub, file_fetch = file_channel_seconds(arrays, Path(args.scratch) / Path(folder).name, args.repeats)
             obj_pub, obj_fetch = object_store_seconds(arrays, args.repeats)
+            shm_pub, shm_fetch = shared_memory_seconds(arrays, args.repeats)
             print(json.dumps({
                 "folder": folder, "nbytes": nbytes, "arrays": len(arrays), "memcpy_s": memcpy,
                 "files_publish_s": file_pub, "files_fetch_s": file_fetch,
                 "object_store_publish_s": obj_pub, "object_store_fetch_s": obj_fetch,
+                "shared_memory_publish_s": shm_pub, "shared_memory_fetch_s": shm_fetch,
             }), flush=True)
     finally:
         ray.shutdown()

@@ -11,6 +11,7 @@ import pytest
 from e2e import SHORT_RUN, SHORT_RUN_ANY_ENV, kill_group, launch, metrics, start, summary, wait_for
 
 from marin_rl.runtime.ray_security import exposed, listening_sockets
+from marin_rl.runtime.weight_sync import SHM_DIR_PREFIX, SHM_ROOT
 from marin_rl.training.checkpoint import checkpoint_step, latest_checkpoint, list_checkpoints
 
 pytestmark = pytest.mark.timeout(900)
@@ -71,10 +72,14 @@ def test_sync_run_end_to_end(sync_run):
 
 
 def test_the_seed_reproduces_a_sync_run(sync_run, tmp_path):
-    """Same seed, same machine: identical metrics (wall-clock fields aside) and bit-identical final weights."""
+    """Same seed, same machine: identical metrics (wall-clock fields aside) and bit-identical final weights. The
+    second run moves its weights through shared memory instead of the object store: the channel changes nothing
+    the run computes, and its slots are gone when the run ends."""
     first, _ = sync_run
-    out = launch(*SYNC, f"hydra.run.dir={tmp_path}")
+    slots_before = set(SHM_ROOT.glob(f"{SHM_DIR_PREFIX}*"))
+    out = launch(*SYNC, "rollout.weight_sync.method=shared_memory", f"hydra.run.dir={tmp_path}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert set(SHM_ROOT.glob(f"{SHM_DIR_PREFIX}*")) <= slots_before
     assert steady(metrics(tmp_path)) == steady(metrics(first))
     assert weights_digest(tmp_path) == weights_digest(first)
     assert summary(tmp_path)["eval_after_rl"]["pass_at_1"] == summary(first)["eval_after_rl"]["pass_at_1"]

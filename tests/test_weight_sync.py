@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import equinox as eqx
 import jax
 import numpy as np
@@ -92,3 +94,55 @@ def test_shape_only_template_takes_weights():
     np.testing.assert_array_equal(model.w, make(3).w)
     with pytest.raises(WeightSyncError, match="weight #0"):
         arrays_into_model(structure, [np.zeros((2, 2), np.float32), np.zeros(4, np.float32)])
+
+
+def test_shared_memory_channel_lends_the_newest_weights_and_never_overwrites_a_slot_being_read(tmp_path):
+    """method=shared_memory: a ring of slots; a slot read under `fetched` is left to its reader (the trainer writes
+    a new file in its place), a reused slot answers for its new version only, and a corrupt slot is refused."""
+    from marin_rl.runtime.weight_sync import SharedMemoryChannel
+
+    writer, reader = SharedMemoryChannel(tmp_path, slots=2), SharedMemoryChannel(tmp_path, slots=2)
+    want = {v: model_to_arrays(make(v)) for v in range(4)}
+    packets = {0: writer.publish(want[0], 0)}
+    assert packets[0].nbytes == sum(a.nbytes for a in want[0])
+    with reader.fetched(packets[0], timeout_s=1) as arrays:
+        inode = (tmp_path / "slot0").stat().st_ino
+        packets[1] = writer.publish(want[1], 1)
+        packets[2] = writer.publish(want[2], 2)  # slot0's turn while it is read: a new file takes the name
+        assert (tmp_path / "slot0").stat().st_ino != inode
+        for got, expected in zip(arrays, want[0], strict=True):
+            np.testing.assert_array_equal(got, expected)  # the lent weights are untouched
+            assert not got.flags.writeable
+        placed = arrays_into_model(make(9), arrays, lent=True)
+    packets[3] = writer.publish(want[3], 3)  # slot1, free: rewritten in place
+    np.testing.assert_array_equal(placed.w, np.asarray(make(0).w))  # the placed copy outlives the loan
+    for v in (2, 3):
+        for got, expected in zip(reader.fetch(packets[v], timeout_s=1), want[v], strict=True):
+            np.testing.assert_array_equal(got, expected)
+    with pytest.raises(WeightSyncError, match="superseded"):
+        reader.fetch(packets[1], timeout_s=1)  # slot1 holds v3 now: the worker keeps its weights, pulls v3
+    with open(tmp_path / "slot1", "r+b") as slot:  # flip one byte of v3's payload
+        slot.seek(packets[3].layout[0][0])
+        byte = slot.read(1)
+        slot.seek(packets[3].layout[0][0])
+        slot.write(bytes([byte[0] ^ 1]))
+    with pytest.raises(WeightSyncError, match="checksum"):
+        reader.fetch(packets[3], timeout_s=1)
+    with pytest.raises(WeightSyncError, match="trainer's node"):
+        reader.fetch(WeightPacket(5, "x", 0, path=str(tmp_path / "elsewhere"), layout=()), timeout_s=0.05)
+
+
+def test_stale_shared_memory_folders_of_dead_drivers_are_removed(tmp_path):
+    import subprocess
+
+    from marin_rl.runtime.weight_sync import SHM_DIR_PREFIX, make_shm_dir
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale, live = tmp_path / f"{SHM_DIR_PREFIX}{dead.pid}-abc", tmp_path / f"{SHM_DIR_PREFIX}{os.getppid()}-def"
+    for folder in (stale, live):
+        folder.mkdir()
+        (folder / "slot0").write_bytes(b"weights")
+    fresh = make_shm_dir(tmp_path)
+    assert not stale.exists() and live.exists() and fresh.exists()
+    assert fresh.name.startswith(f"{SHM_DIR_PREFIX}{os.getpid()}-") and fresh.stat().st_mode & 0o777 == 0o700

@@ -186,9 +186,18 @@ class TrainConfig(StrictModel):
 
 
 class WeightSyncConfig(StrictModel):
-    method: Literal["object_store", "files"] = "object_store"
+    method: Literal["object_store", "files", "shared_memory"] = "object_store"
     timeout_s: float = Field(120.0, gt=0.0)
     dir: str | None = None  # shared storage for method=files; default <run_dir>/weights
+
+    @model_validator(mode="after")
+    def _dir_only_for_files(self) -> "WeightSyncConfig":
+        if self.dir is not None and self.method != "files":
+            raise ValueError(
+                f"rollout.weight_sync.dir={self.dir!r} is read only by method=files (method={self.method}); "
+                "allowed: dir=null, or method=files"
+            )
+        return self
 
 
 class ReplayConfig(StrictModel):
@@ -320,6 +329,12 @@ class RunSpec(StrictModel):
                 f"train.batch_size={self.train.batch_size} / rollout.n_generations={g} = {groups} prompts per step "
                 f"cannot be shared by hardware.num_rollout_workers={self.hardware.num_rollout_workers}: every "
                 f"worker samples at least one prompt a step; allowed: num_rollout_workers <= {groups}"
+            )
+        if self.rollout.weight_sync.method == "shared_memory" and self.ray.address:
+            raise ValueError(
+                f"rollout.weight_sync.method=shared_memory needs every actor on one node, and ray.address="
+                f"{self.ray.address!r} joins a cluster whose workers may sit on other nodes; allowed: method="
+                "object_store or files, or ray.address=null (a private local Ray)"
             )
         if self.resume not in ("never", "auto") and not self.resume:
             raise ValueError("resume must be 'never', 'auto' or a path to a run folder")

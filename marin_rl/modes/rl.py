@@ -31,6 +31,7 @@ def run_rl(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         raise
     finally:
         driver.stop_actors()
+        driver.release_weights_dir()
         if owns_ray:
             ray.shutdown()
         elif "wandb" in sys.modules:

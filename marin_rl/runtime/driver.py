@@ -7,6 +7,7 @@ weights (object store or files) -> sampler. The driver only moves small things: 
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 import time
 import uuid
@@ -53,7 +54,22 @@ class RunDriver:
         self.spec = spec
         self.run_dir = Path(run_dir)
         self.t0 = time.monotonic()
-        self.weights_dir = spec.rollout.weight_sync.dir or str(self.run_dir / "weights")
+        self.weights_dir = self._weights_dir()
+
+    def _weights_dir(self) -> str | None:
+        """Where the weight channel keeps its files: <run_dir>/weights (or weight_sync.dir) for method=files, a fresh
+        private /dev/shm folder for method=shared_memory (removed by release_weights_dir), none for object_store."""
+        from marin_rl.runtime.weight_sync import make_shm_dir
+
+        sync = self.spec.rollout.weight_sync
+        if sync.method == "shared_memory":
+            return str(make_shm_dir())
+        return (sync.dir or str(self.run_dir / "weights")) if sync.method == "files" else None
+
+    def release_weights_dir(self) -> None:
+        """Remove the shared-memory slots (they hold RAM until deleted; actors killed mid-run cannot do it)."""
+        if self.spec.rollout.weight_sync.method == "shared_memory" and self.weights_dir:
+            shutil.rmtree(self.weights_dir, ignore_errors=True)
 
     # --- actors --------------------------------------------------------------------------------------------
     def start_actors(self) -> None:

@@ -95,8 +95,8 @@ class RolloutWorker:
 
     def _load_weights(self, packet) -> None:
         t0 = time.monotonic()
-        arrays = self.channel.fetch(packet, self.spec.rollout.weight_sync.timeout_s)
-        model = arrays_into_model(self.structure, arrays, self.mesh)
+        with self.channel.fetched(packet, self.spec.rollout.weight_sync.timeout_s) as arrays:
+            model = arrays_into_model(self.structure, arrays, self.mesh, lent=self.channel.lends_memory)
         if self.sampler is None:
             self.sampler = build_sampler(
                 self.spec, model, self.tokenizer, version=packet.version, seed=derive_seed(self.spec.seed, "sampler"),

@@ -1,15 +1,22 @@
 """Weight sync from the trainer to rollout workers: versioned, checksummed, all-or-nothing.
 
-The trainer publishes a `WeightPacket` (version, checksum, and either a Ray object ref or a file path); a rollout
-worker fetches it with a timeout, verifies the checksum and every leaf's shape and dtype against its own model,
-and only then swaps the weights in. A partial, corrupt or mismatched set raises `WeightSyncError` and the worker
+The trainer publishes a `WeightPacket` (version, checksum, and a Ray object ref, a file path or a shared-memory slot);
+a rollout worker fetches it with a timeout, verifies the checksum and every leaf's shape and dtype against its own
+model, and only then swaps the weights in. A partial, corrupt or mismatched set raises `WeightSyncError` and the worker
 keeps sampling with the weights it had; a worker that has never received weights does not sample at all.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import mmap
 import os
+import shutil
+import struct
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,7 @@ class WeightPacket:
     nbytes: int
     refs: list | None = None  # [ObjectRef] (wrapped in a list so Ray does not resolve it in transit)
     path: str | None = None
+    layout: tuple | None = None  # shared_memory: ((byte offset, shape, dtype name), ...) of each array in the slot
 
 
 def model_to_arrays(model: Any) -> list[np.ndarray]:
@@ -65,9 +73,11 @@ def is_weight(x: Any) -> bool:
     return eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
 
 
-def arrays_into_model(template: Any, arrays: list[np.ndarray], mesh: Any = None) -> Any:
+def arrays_into_model(template: Any, arrays: list[np.ndarray], mesh: Any = None, lent: bool = False) -> Any:
     """A copy of `template` carrying `arrays`; every shape and dtype must match (else WeightSyncError).
-    With a mesh, each host array goes straight to its shards there (inference/mesh_placement.py)."""
+    With a mesh, each host array goes straight to its shards there (inference/mesh_placement.py).
+    lent: the arrays' memory is reused once this returns (a shared-memory slot), so every placed array must be a
+    copy: on the CPU jax.device_put may alias a numpy array's memory instead of copying it."""
     params, static = eqx.partition(template, is_weight)
     leaves, treedef = jax.tree_util.tree_flatten(params)
     if len(leaves) != len(arrays):
@@ -80,12 +90,30 @@ def arrays_into_model(template: Any, arrays: list[np.ndarray], mesh: Any = None)
     if mesh is not None:
         from marin_rl.inference.mesh_placement import place_weights
 
-        return place_weights(template, arrays, mesh)
-    new_params = jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(a) for a in arrays])
-    return eqx.combine(new_params, static)
+        return jax.block_until_ready(place_weights(template, [np.array(a) for a in arrays] if lent else arrays, mesh))
+    new_params = jax.tree_util.tree_unflatten(treedef, [jax.numpy.array(a, copy=True) for a in arrays])
+    return jax.block_until_ready(eqx.combine(new_params, static))
 
 
-class ObjectStoreChannel:
+class Channel:
+    """How weights travel from the trainer to the rollout workers. Subclasses define publish and fetch."""
+
+    method: str
+    lends_memory = False  # fetched arrays are views of memory the channel reuses (place them inside `fetched`)
+
+    def publish(self, arrays: list[np.ndarray], version: int) -> WeightPacket:
+        raise NotImplementedError
+
+    def fetch(self, packet: WeightPacket, timeout_s: float) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def fetched(self, packet: WeightPacket, timeout_s: float) -> Iterator[list[np.ndarray]]:
+        """The verified arrays of `packet`, valid inside the with-block (a lending channel reuses them after)."""
+        yield self.fetch(packet, timeout_s)
+
+
+class ObjectStoreChannel(Channel):
     """Weights travel through the Ray object store (shared memory on one node, object transfer across nodes)."""
 
     method = "object_store"
@@ -106,7 +134,7 @@ class ObjectStoreChannel:
         return verified(arrays, packet)
 
 
-class FileChannel:
+class FileChannel(Channel):
     """Weights travel as .npz files on shared storage (written to a temp name, then renamed: never partial)."""
 
     method = "files"
@@ -137,6 +165,154 @@ class FileChannel:
         return verified(arrays, packet)
 
 
+SHM_ROOT = Path("/dev/shm")
+SHM_DIR_PREFIX = "marin_rl-weights-"
+SHM_MAGIC = b"MRLWSHM1"
+SHM_HEADER = struct.Struct("<8sq")  # magic, version of the weights in the slot (-1 while being written)
+SHM_PAYLOAD_START = 64  # bytes: the header's room; every array starts at a multiple of SHM_ALIGN after it
+SHM_ALIGN = 64
+SHM_LOCK_POLL_S = 0.001
+# Slots in the ring: the coordinator hands out the newest two versions (one_step_off pulls the older one), and the
+# trainer writes a third while workers may still read those two.
+SHM_SLOTS = 3
+
+
+def slot_layout(arrays: list[np.ndarray]) -> tuple[tuple, int]:
+    """((offset, shape, dtype name) per array, total slot bytes): arrays back to back, each SHM_ALIGN-aligned."""
+    layout, offset = [], SHM_PAYLOAD_START
+    for a in arrays:
+        layout.append((offset, tuple(a.shape), a.dtype.str))
+        offset += -(-a.nbytes // SHM_ALIGN) * SHM_ALIGN
+    return tuple(layout), offset
+
+
+def slot_arrays(buffer: Any, layout: tuple) -> list[np.ndarray]:
+    """The arrays of a slot as views of `buffer` (read-only when the mapping is)."""
+    return [
+        np.frombuffer(buffer, np.dtype(dtype), int(np.prod(shape, dtype=np.int64)), offset).reshape(shape)
+        for offset, shape, dtype in layout
+    ]
+
+
+def _lock(fd: int, kind: int, deadline: float, what: str) -> None:
+    """flock `fd` (LOCK_SH or LOCK_EX), polling until `deadline`; WeightSyncError after it."""
+    while True:
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise WeightSyncError(f"{what}: still locked at the deadline") from None
+            time.sleep(SHM_LOCK_POLL_S)
+
+
+class SharedMemoryChannel(Channel):
+    """Weights travel through a ring of SHM_SLOTS files in a tmpfs folder (/dev/shm) of this node.
+
+    The trainer copies version v into slot v % SHM_SLOTS under an exclusive flock; a worker reads it in place
+    under a shared flock, held while it places the weights (`fetched`), so the trainer never overwrites weights
+    being read. A slot still read when its turn comes is unlinked and recreated (the reader keeps its inode), so
+    the trainer never waits for a worker. Slots are reused, so after the first round their pages are already
+    mapped: a publish is one memcpy and a checksum, where `ray.put` faults fresh object-store pages every time.
+    One node only: RunSpec refuses it with ray.address, where workers may sit on other nodes.
+    """
+
+    method = "shared_memory"
+    lends_memory = True
+
+    def __init__(self, directory: str | Path, slots: int = SHM_SLOTS):
+        self.dir = Path(directory)
+        self.slots = slots
+        self._maps: dict[str, tuple[int, int, mmap.mmap]] = {}  # path -> (inode, size, mapping), reused
+
+    def _mapping(self, path: Path, fd: int, writable: bool) -> mmap.mmap:
+        st = os.fstat(fd)
+        cached = self._maps.get(str(path))
+        if cached is None or cached[:2] != (st.st_ino, st.st_size):
+            prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+            cached = (st.st_ino, st.st_size, mmap.mmap(fd, st.st_size, prot=prot))
+            self._maps[str(path)] = cached  # a replaced mapping is unmapped once no array views it
+        return cached[2]
+
+    def publish(self, arrays: list[np.ndarray], version: int) -> WeightPacket:
+        layout, size = slot_layout(arrays)
+        checksum = arrays_checksum(arrays)
+        self.dir.mkdir(mode=0o700, exist_ok=True)
+        path = self.dir / f"slot{version % self.slots}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a worker still reads the weights this slot held: leave it that inode
+            os.close(fd)
+            path.unlink()
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.fstat(fd).st_size != size:
+                os.ftruncate(fd, size)
+            buffer = self._mapping(path, fd, writable=True)
+            SHM_HEADER.pack_into(buffer, 0, SHM_MAGIC, -1)
+            for dest, src in zip(slot_arrays(buffer, layout), arrays, strict=True):
+                np.copyto(dest, src)
+            SHM_HEADER.pack_into(buffer, 0, SHM_MAGIC, version)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        return WeightPacket(version, checksum, sum(a.nbytes for a in arrays), path=str(path), layout=layout)
+
+    @contextlib.contextmanager
+    def fetched(self, packet: WeightPacket, timeout_s: float) -> Iterator[list[np.ndarray]]:
+        deadline = time.monotonic() + timeout_s
+        what = f"weights v{packet.version} in {packet.path}"
+        while True:
+            try:
+                fd = os.open(packet.path, os.O_RDONLY)
+                break
+            except FileNotFoundError:  # the trainer is recreating the slot, or this node is not the trainer's
+                if time.monotonic() > deadline:
+                    raise WeightSyncError(
+                        f"{what}: no such slot within {timeout_s}s (rollout.weight_sync.method=shared_memory needs "
+                        "the workers on the trainer's node)"
+                    ) from None
+                time.sleep(SHM_LOCK_POLL_S)
+        try:
+            _lock(fd, fcntl.LOCK_SH, deadline, what)
+            if os.fstat(fd).st_size < SHM_PAYLOAD_START:  # recreated for newer weights, not yet written
+                raise WeightSyncError(f"{what}: the slot was recreated for newer weights (superseded)")
+            buffer = self._mapping(Path(packet.path), fd, writable=False)
+            magic, version = SHM_HEADER.unpack_from(buffer, 0)
+            if magic != SHM_MAGIC or version != packet.version:
+                raise WeightSyncError(f"{what}: the slot now holds v{version} (superseded; newer weights follow)")
+            yield verified(slot_arrays(buffer, packet.layout), packet)
+        finally:
+            os.close(fd)  # releases the shared lock
+
+    def fetch(self, packet: WeightPacket, timeout_s: float) -> list[np.ndarray]:
+        """Owned copies of the arrays (fetched() lends them in place, without the copy)."""
+        with self.fetched(packet, timeout_s) as arrays:
+            return [np.array(a) for a in arrays]
+
+
+def make_shm_dir(root: Path = SHM_ROOT) -> Path:
+    """A fresh private (0700) folder for a run's slots under `root`; first removes the folders of runs whose driver
+    process is gone (a killed run cannot clean up after itself)."""
+    for old in root.glob(f"{SHM_DIR_PREFIX}*-*"):
+        pid = old.name[len(SHM_DIR_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and old.stat().st_uid == os.getuid() and not _process_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{SHM_DIR_PREFIX}{os.getpid()}-", dir=root))
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def verified(arrays: list[np.ndarray], packet: WeightPacket) -> list[np.ndarray]:
     got = arrays_checksum(arrays)
     if got != packet.checksum:
@@ -144,11 +320,11 @@ def verified(arrays: list[np.ndarray], packet: WeightPacket) -> list[np.ndarray]
     return arrays
 
 
-def make_channel(method: str, directory: str | Path | None):
+def make_channel(method: str, directory: str | Path | None) -> Channel:
     if method == "object_store":
         return ObjectStoreChannel()
-    if method == "files":
+    if method in ("files", "shared_memory"):
         if directory is None:
-            raise ValueError("rollout.weight_sync.dir must be set for method=files")
-        return FileChannel(directory)
-    raise ValueError(f"rollout.weight_sync.method={method!r}; allowed: object_store, files")
+            raise ValueError(f"method={method} needs a folder (the driver passes it)")
+        return FileChannel(directory) if method == "files" else SharedMemoryChannel(directory)
+    raise ValueError(f"rollout.weight_sync.method={method!r}; allowed: object_store, files, shared_memory")
