@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -106,3 +107,20 @@ def test_cli_prints_one_message_and_never_starts_ray(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().startswith("error: env.components.0 (gsm8k):") and "test.jsonl:1" in out.stderr
     assert "Traceback" not in out.stderr and "Ray" not in out.stdout + out.stderr
+
+
+def test_shared_memory_weights_that_do_not_fit_in_dev_shm_are_refused_before_ray():
+    from marin_rl.config.preflight import check_weight_slots, weight_slot_bytes
+    from marin_rl.runtime.weight_sync import SHM_ROOT
+
+    tiny = compose_spec(["recipe=quickstart", "rollout.weight_sync.method=shared_memory"])
+    check_weight_slots(tiny)  # 3 x ~0.6 MB
+    big = compose_spec(["recipe=math500_llama3_8b_dapo", "rollout.weight_sync.method=shared_memory"])
+    if weight_slot_bytes(big) <= shutil.disk_usage(SHM_ROOT).free:
+        pytest.skip(f"{SHM_ROOT} holds three copies of 8B weights here")
+    with pytest.raises(PreflightError) as err:
+        check_weight_slots(big)
+    for needle in ("rollout.weight_sync.method=shared_memory", "3 copies of the weights need", "object_store"):
+        assert needle in str(err.value), str(err.value)
+    check_weight_slots(big.model_copy(update={"rollout": big.rollout.model_copy(
+        update={"weight_sync": big.rollout.weight_sync.model_copy(update={"method": "object_store"})})}))

@@ -121,6 +121,9 @@ def test_shared_memory_channel_lends_the_newest_weights_and_never_overwrites_a_s
             np.testing.assert_array_equal(got, expected)
     with pytest.raises(WeightSyncError, match="superseded"):
         reader.fetch(packets[1], timeout_s=1)  # slot1 holds v3 now: the worker keeps its weights, pulls v3
+    inode = (tmp_path / "slot0").stat().st_ino
+    writer.publish(want[0], 4)  # slot0 again, read before but released: rewritten in place (its pages reused)
+    assert (tmp_path / "slot0").stat().st_ino == inode
     with open(tmp_path / "slot1", "r+b") as slot:  # flip one byte of v3's payload
         slot.seek(packets[3].layout[0][0])
         byte = slot.read(1)

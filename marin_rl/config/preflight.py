@@ -6,6 +6,8 @@ message that names the config key, the file and what to change.
 
 from __future__ import annotations
 
+import math
+import shutil
 from pathlib import Path
 
 from marin_rl.config.spec import ModelConfig, RunSpec
@@ -153,9 +155,39 @@ def check_inference_backend(spec: RunSpec) -> None:
         raise PreflightError(f"hardware.inference_backend=vllm: {err}") from None
 
 
+def weight_slot_bytes(spec: RunSpec) -> int:
+    """Bytes the shared-memory weight channel's ring takes: SHM_SLOTS copies of the weights in hardware.param_dtype."""
+    from marin_rl.config.memory import DTYPE_BYTES, model_shape
+    from marin_rl.runtime.weight_sync import SHM_SLOTS
+
+    numel = sum(math.prod(sizes) for _, sizes in model_shape(spec.model).leaves)
+    return SHM_SLOTS * numel * DTYPE_BYTES[spec.hardware.param_dtype]
+
+
+def check_weight_slots(spec: RunSpec) -> None:
+    """rollout.weight_sync.method=shared_memory: /dev/shm exists and has room for the slot ring (a tmpfs that runs
+    out of room mid-write kills the writer with SIGBUS; here it is a message before anything starts)."""
+    if spec.mode != "rl" or spec.rollout.weight_sync.method != "shared_memory":
+        return
+    from marin_rl.runtime.weight_sync import SHM_ROOT, SHM_SLOTS
+
+    if not SHM_ROOT.is_dir():
+        raise PreflightError(
+            f"rollout.weight_sync.method=shared_memory: this machine has no {SHM_ROOT}; allowed: object_store, files"
+        )
+    need, free = weight_slot_bytes(spec), shutil.disk_usage(SHM_ROOT).free
+    if need > free:
+        raise PreflightError(
+            f"rollout.weight_sync.method=shared_memory: {SHM_SLOTS} copies of the weights need {need / 2**20:,.0f} "
+            f"MiB in {SHM_ROOT}, which has {free / 2**20:,.0f} MiB free; allowed: object_store, files (or a larger "
+            f"{SHM_ROOT})"
+        )
+
+
 def preflight(spec: RunSpec, run_dir: Path) -> None:
     """Every driver-side check of a run that is about to start (raises PreflightError)."""
     check_inference_backend(spec)
+    check_weight_slots(spec)
     check_data(spec)
     check_init_checkpoint(spec)
     if spec.mode == "rl":

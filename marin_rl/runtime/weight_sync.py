@@ -250,6 +250,10 @@ class SharedMemoryChannel(Channel):
         try:
             if os.fstat(fd).st_size != size:
                 os.ftruncate(fd, size)
+                try:  # reserve the pages now: a tmpfs that fills up mid-copy would kill this process (SIGBUS)
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as err:
+                    raise WeightSyncError(f"no room for {size:,} bytes of weights in {path.parent}: {err}") from err
             buffer = self._mapping(path, fd, writable=True)
             SHM_HEADER.pack_into(buffer, 0, SHM_MAGIC, -1)
             for dest, src in zip(slot_arrays(buffer, layout), arrays, strict=True):
@@ -285,7 +289,8 @@ class SharedMemoryChannel(Channel):
                 raise WeightSyncError(f"{what}: the slot now holds v{version} (superseded; newer weights follow)")
             yield verified(slot_arrays(buffer, packet.layout), packet)
         finally:
-            os.close(fd)  # releases the shared lock
+            fcntl.flock(fd, fcntl.LOCK_UN)  # explicitly: the cached mmap holds a dup of fd, and with it the lock
+            os.close(fd)
 
     def fetch(self, packet: WeightPacket, timeout_s: float) -> list[np.ndarray]:
         """Owned copies of the arrays (fetched() lends them in place, without the copy)."""
