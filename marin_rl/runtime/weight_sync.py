@@ -26,6 +26,8 @@ import jax
 import numpy as np
 import xxhash
 
+from marin_rl.runlog.run_lock import pid_alive
+
 
 class WeightSyncError(RuntimeError):
     pass
@@ -303,19 +305,9 @@ def make_shm_dir(root: Path = SHM_ROOT) -> Path:
     process is gone (a killed run cannot clean up after itself)."""
     for old in root.glob(f"{SHM_DIR_PREFIX}*-*"):
         pid = old.name[len(SHM_DIR_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and old.stat().st_uid == os.getuid() and not _process_alive(int(pid)):
+        if pid.isdigit() and old.stat().st_uid == os.getuid() and not pid_alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{SHM_DIR_PREFIX}{os.getpid()}-", dir=root))
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def verified(arrays: list[np.ndarray], packet: WeightPacket) -> list[np.ndarray]:
