@@ -68,6 +68,31 @@ def wait_for_nodes(address: str, env: dict, count: int, started: list, timeout: 
     raise AssertionError(f"the cluster at {address} never had {count} nodes:\n{status}")
 
 
+REFUSAL_SCRIPT = """
+import sys
+import ray
+sys.path.insert(0, "tests")
+from spec_helpers import compose_spec
+from marin_rl.runtime.driver import RunDriver
+ray.init(address=sys.argv[1], log_to_driver=False)
+try:
+    RunDriver(compose_spec(["recipe=quickstart", "rollout.weight_sync.method=shared_memory"]), sys.argv[2])
+except ValueError as err:
+    print("refused:", err)
+"""
+
+
+def assert_shared_memory_is_refused_on(address: str, driver_env: dict, tmp_path: Path) -> None:
+    """A driver connected to a multi-node Ray without ray.address (a sweep job under hydra/launcher=ray) refuses
+    rollout.weight_sync.method=shared_memory before any actor starts."""
+    out = subprocess.run([sys.executable, "-c", REFUSAL_SCRIPT, address, str(tmp_path / "refused")],
+                         cwd=Path(__file__).resolve().parents[1], env=driver_env, capture_output=True, text=True,
+                         timeout=120)
+    assert "refused: rollout.weight_sync.method=shared_memory needs every actor on one node; this Ray has 2 nodes" in (
+        out.stdout
+    ), out.stdout[-2000:] + out.stderr[-2000:]
+
+
 @pytest.mark.timeout(300)
 def test_trainer_and_worker_run_on_different_nodes(tmp_path):
     token = ensure_private_token(tmp_path / "token")
@@ -101,6 +126,7 @@ def test_trainer_and_worker_run_on_different_nodes(tmp_path):
         trainer_node, worker_nodes = s["nodes"]["trainer"], s["nodes"]["rollout_workers"]
         assert len(worker_nodes) == 1 and trainer_node and worker_nodes[0]
         assert trainer_node != worker_nodes[0], s["nodes"]
+        assert_shared_memory_is_refused_on(address, driver_env, tmp_path)
     finally:
         for proc in reversed(nodes):
             stop_node(proc)

@@ -63,6 +63,14 @@ class RunDriver:
 
         sync = self.spec.rollout.weight_sync
         if sync.method == "shared_memory":
+            import ray
+
+            nodes = [n for n in ray.nodes() if n.get("Alive")]
+            if len(nodes) > 1:  # a sweep job's Ray (hydra/launcher=ray) may span nodes though ray.address is unset
+                raise ValueError(
+                    f"rollout.weight_sync.method=shared_memory needs every actor on one node; this Ray has "
+                    f"{len(nodes)} nodes; allowed: method=object_store or files"
+                )
             return str(make_shm_dir())
         return (sync.dir or str(self.run_dir / "weights")) if sync.method == "files" else None
 
