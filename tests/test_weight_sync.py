@@ -99,6 +99,7 @@ def test_shape_only_template_takes_weights():
 def test_shared_memory_channel_lends_the_newest_weights_and_never_overwrites_a_slot_being_read(tmp_path):
     """method=shared_memory: a ring of slots; a slot read under `fetched` is left to its reader (the trainer writes
     a new file in its place), a reused slot answers for its new version only, and a corrupt slot is refused."""
+    from marin_rl.inference.mesh_placement import single_device_mesh
     from marin_rl.runtime.weight_sync import SharedMemoryChannel
 
     writer, reader = SharedMemoryChannel(tmp_path, slots=2), SharedMemoryChannel(tmp_path, slots=2)
@@ -113,17 +114,20 @@ def test_shared_memory_channel_lends_the_newest_weights_and_never_overwrites_a_s
         for got, expected in zip(arrays, want[0], strict=True):
             np.testing.assert_array_equal(got, expected)  # the lent weights are untouched
             assert not got.flags.writeable
-        placed = arrays_into_model(make(9), arrays, lent=True)
     packets[3] = writer.publish(want[3], 3)  # slot1, free: rewritten in place
-    np.testing.assert_array_equal(placed.w, np.asarray(make(0).w))  # the placed copy outlives the loan
     for v in (2, 3):
         for got, expected in zip(reader.fetch(packets[v], timeout_s=1), want[v], strict=True):
             np.testing.assert_array_equal(got, expected)
     with pytest.raises(WeightSyncError, match="superseded"):
         reader.fetch(packets[1], timeout_s=1)  # slot1 holds v3 now: the worker keeps its weights, pulls v3
     inode = (tmp_path / "slot0").stat().st_ino
-    writer.publish(want[0], 4)  # slot0 again, read before but released: rewritten in place (its pages reused)
+    with reader.fetched(writer.publish(want[0], 4), timeout_s=1) as arrays:  # slot0 again, released: in place
+        # what a worker keeps must not alias the slot (on the CPU device_put can alias numpy memory)
+        placed = [arrays_into_model(make(9), arrays, mesh, lent=True) for mesh in (None, single_device_mesh())]
+    writer.publish(want[1], 6)  # slot0 rewritten in place under the placed weights
     assert (tmp_path / "slot0").stat().st_ino == inode
+    for model in placed:
+        np.testing.assert_array_equal(model.w, np.asarray(make(0).w))
     with open(tmp_path / "slot1", "r+b") as slot:  # flip one byte of v3's payload
         slot.seek(packets[3].layout[0][0])
         byte = slot.read(1)

@@ -16,6 +16,7 @@ from typing import Any
 import equinox as eqx
 import haliax as hax
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from marin_rl.training.mesh import BATCH_AXIS, COMPUTE_MAPPING, PARAMETER_MAPPING, build_mesh, mesh_sizes
@@ -59,13 +60,14 @@ def weight_shardings(template: Any, mesh: Mesh) -> Any:
                                                       mesh=mesh)
 
 
-def place_weights(template: Any, arrays: list, mesh: Mesh) -> Any:
+def place_weights(template: Any, arrays: list, mesh: Mesh, lent: bool = False) -> Any:
     """`template` carrying `arrays` (host arrays in tree order, shapes already checked), each device_put to its
-    shard of the mesh."""
+    shard of the mesh. lent: the arrays' memory is reused afterwards, and on the CPU device_put may alias a numpy
+    array instead of copying it, so each array is copied first (one at a time: the copy becomes the buffer)."""
     params, static = eqx.partition(template, lambda x: eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct))
     treedef = jax.tree.structure(params)
     shardings = jax.tree.leaves(weight_shardings(params, mesh))  # one per array, in the same order
-    placed = [jax.device_put(a, s) for a, s in zip(arrays, shardings, strict=True)]
+    placed = [jax.device_put(np.array(a) if lent else a, s) for a, s in zip(arrays, shardings, strict=True)]
     return eqx.combine(jax.tree.unflatten(treedef, placed), static)
 
 

@@ -19,8 +19,9 @@ def run_rl(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
 
     run_dir = Path(run_dir)
     owns_ray = init_ray(spec, run_dir)
-    driver = RunDriver(spec, run_dir)
+    driver = None
     try:
+        driver = RunDriver(spec, run_dir)
         return driver.run()
     except KeyboardInterrupt:
         # Ctrl-C is a stop, not a failure: the run resumes from its newest checkpoint (launcher prints how)
@@ -30,10 +31,12 @@ def run_rl(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         write_summary(run_dir, {"status": "failed", "error": f"{type(err).__name__}: {err}"})
         raise
     finally:
-        driver.stop_actors()
-        driver.release_weights_dir()
+        if driver is not None:
+            driver.stop_actors()
         if owns_ray:
             ray.shutdown()
+        if driver is not None:
+            driver.release_weights_dir()  # after the shutdown: a trainer still publishing cannot write a slot
         elif "wandb" in sys.modules:
             # A sweep job's Ray worker exits right after the task and takes wandb's service process with it; close
             # the service now, or wandb's own exit hook fails with "Connection lost".

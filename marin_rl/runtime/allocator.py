@@ -46,4 +46,4 @@ def reexec_with_allocator(malloc_hugepages: bool) -> None:
     if wanted:
         env[TUNABLES_VAR] = wanted
     sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)  # orig_argv keeps flags such as -u

@@ -33,7 +33,7 @@ from marin_rl.inference.mesh_placement import rollout_mesh
 from marin_rl.models.policy import policy_structure
 from marin_rl.rollouts import RolloutGroup
 from marin_rl.runtime.one_step_off import next_lagged_round
-from marin_rl.runtime.weight_sync import WeightSyncError, arrays_into_model, make_channel
+from marin_rl.runtime.weight_sync import WeightsSuperseded, WeightSyncError, arrays_into_model, make_channel
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,10 @@ class RolloutWorker:
         packet = ray.get(self.coordinator.weights_newer_than.remote(self.version))
         if packet is None:
             return False
-        self._load_weights(packet)
+        try:
+            self._load_weights(packet)
+        except WeightsSuperseded:  # newer weights took its shared-memory slot: the next look finds them
+            return False
         return True
 
     def _pull_exact_weights(self, version: int) -> None:

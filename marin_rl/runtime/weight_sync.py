@@ -33,6 +33,10 @@ class WeightSyncError(RuntimeError):
     pass
 
 
+class WeightsSuperseded(WeightSyncError):
+    """The packet's slot already holds newer weights: ask the coordinator for the newest packet again."""
+
+
 @dataclass(frozen=True)
 class WeightPacket:
     version: int
@@ -92,9 +96,10 @@ def arrays_into_model(template: Any, arrays: list[np.ndarray], mesh: Any = None,
     if mesh is not None:
         from marin_rl.inference.mesh_placement import place_weights
 
-        return jax.block_until_ready(place_weights(template, [np.array(a) for a in arrays] if lent else arrays, mesh))
-    new_params = jax.tree_util.tree_unflatten(treedef, [jax.numpy.array(a, copy=True) for a in arrays])
-    return jax.block_until_ready(eqx.combine(new_params, static))
+        return jax.block_until_ready(place_weights(template, arrays, mesh, lent=lent))
+    # jax.device_put of a fresh copy: the copy is the buffer; jnp.asarray copies plain (non-lent) arrays itself
+    placed = [jax.device_put(np.array(a)) if lent else jax.numpy.asarray(a) for a in arrays]
+    return jax.block_until_ready(eqx.combine(jax.tree_util.tree_unflatten(treedef, placed), static))
 
 
 class Channel:
@@ -239,8 +244,7 @@ class SharedMemoryChannel(Channel):
     def publish(self, arrays: list[np.ndarray], version: int) -> WeightPacket:
         layout, size = slot_layout(arrays)
         checksum = arrays_checksum(arrays)
-        self.dir.mkdir(mode=0o700, exist_ok=True)
-        path = self.dir / f"slot{version % self.slots}"
+        path = self.dir / f"slot{version % self.slots}"  # the driver owns the folder (make_shm_dir)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -255,6 +259,7 @@ class SharedMemoryChannel(Channel):
                 try:  # reserve the pages now: a tmpfs that fills up mid-copy would kill this process (SIGBUS)
                     os.posix_fallocate(fd, 0, size)
                 except OSError as err:
+                    os.ftruncate(fd, 0)  # else the next publish sees the right size and writes unreserved pages
                     raise WeightSyncError(f"no room for {size:,} bytes of weights in {path.parent}: {err}") from err
             buffer = self._mapping(path, fd, writable=True)
             SHM_HEADER.pack_into(buffer, 0, SHM_MAGIC, -1)
@@ -284,14 +289,16 @@ class SharedMemoryChannel(Channel):
         try:
             _lock(fd, fcntl.LOCK_SH, deadline, what)
             if os.fstat(fd).st_size < SHM_PAYLOAD_START:  # recreated for newer weights, not yet written
-                raise WeightSyncError(f"{what}: the slot was recreated for newer weights (superseded)")
+                raise WeightsSuperseded(f"{what}: the slot was recreated for newer weights (superseded)")
             buffer = self._mapping(Path(packet.path), fd, writable=False)
             magic, version = SHM_HEADER.unpack_from(buffer, 0)
             if magic != SHM_MAGIC or version != packet.version:
-                raise WeightSyncError(f"{what}: the slot now holds v{version} (superseded; newer weights follow)")
+                raise WeightsSuperseded(f"{what}: the slot now holds v{version} (superseded; newer weights follow)")
             yield verified(slot_arrays(buffer, packet.layout), packet)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)  # explicitly: the cached mmap holds a dup of fd, and with it the lock
+            if os.fstat(fd).st_nlink == 0:  # the trainer replaced this slot: let its pages go once no view holds them
+                self._maps.pop(packet.path, None)
             os.close(fd)
 
     def fetch(self, packet: WeightPacket, timeout_s: float) -> list[np.ndarray]:
@@ -305,7 +312,11 @@ def make_shm_dir(root: Path = SHM_ROOT) -> Path:
     process is gone (a killed run cannot clean up after itself)."""
     for old in root.glob(f"{SHM_DIR_PREFIX}*-*"):
         pid = old.name[len(SHM_DIR_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and old.stat().st_uid == os.getuid() and not pid_alive(int(pid)):
+        try:
+            mine = old.stat().st_uid == os.getuid()
+        except FileNotFoundError:  # another run's sweep got there first
+            continue
+        if pid.isdigit() and mine and not pid_alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{SHM_DIR_PREFIX}{os.getpid()}-", dir=root))
 
