@@ -35,9 +35,9 @@ def run_rl(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
             driver.stop_actors()
         if owns_ray:
             ray.shutdown()
-        if driver is not None:
-            driver.release_weights_dir()  # after the shutdown: a trainer still publishing cannot write a slot
         elif "wandb" in sys.modules:
             # A sweep job's Ray worker exits right after the task and takes wandb's service process with it; close
             # the service now, or wandb's own exit hook fails with "Connection lost".
             sys.modules["wandb"].teardown()
+        if driver is not None:
+            driver.release_weights_dir()  # after the shutdown: a trainer still publishing cannot write a slot
