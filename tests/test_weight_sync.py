@@ -116,10 +116,11 @@ def test_shared_memory_channel_lends_the_newest_weights_and_never_overwrites_a_s
             assert not got.flags.writeable
     packets[3] = writer.publish(want[3], 3)  # slot1, free: rewritten in place
     for v in (2, 3):
-        for got, expected in zip(reader.fetch(packets[v], timeout_s=1), want[v], strict=True):
-            np.testing.assert_array_equal(got, expected)
-    with pytest.raises(WeightSyncError, match="superseded"):
-        reader.fetch(packets[1], timeout_s=1)  # slot1 holds v3 now: the worker keeps its weights, pulls v3
+        with reader.fetched(packets[v], timeout_s=1) as arrays:
+            for got, expected in zip(arrays, want[v], strict=True):
+                np.testing.assert_array_equal(got, expected)
+    with pytest.raises(WeightSyncError, match="superseded"), reader.fetched(packets[1], timeout_s=1):
+        pass  # slot1 holds v3 now: the worker keeps its weights, pulls v3
     inode = (tmp_path / "slot0").stat().st_ino
     with reader.fetched(writer.publish(want[0], 4), timeout_s=1) as arrays:  # slot0 again, released: in place
         # what a worker keeps must not alias the slot (on the CPU device_put can alias numpy memory)
@@ -133,10 +134,11 @@ def test_shared_memory_channel_lends_the_newest_weights_and_never_overwrites_a_s
         byte = slot.read(1)
         slot.seek(packets[3].layout[0][0])
         slot.write(bytes([byte[0] ^ 1]))
-    with pytest.raises(WeightSyncError, match="checksum"):
-        reader.fetch(packets[3], timeout_s=1)
-    with pytest.raises(WeightSyncError, match="trainer's node"):
-        reader.fetch(WeightPacket(5, "x", 0, path=str(tmp_path / "elsewhere"), layout=()), timeout_s=0.05)
+    with pytest.raises(WeightSyncError, match="checksum"), reader.fetched(packets[3], timeout_s=1):
+        pass
+    elsewhere = WeightPacket(5, "x", 0, path=str(tmp_path / "elsewhere"), layout=())
+    with pytest.raises(WeightSyncError, match="trainer's node"), reader.fetched(elsewhere, timeout_s=0.05):
+        pass
 
 
 def test_stale_shared_memory_folders_of_dead_drivers_are_removed(tmp_path):

@@ -94,9 +94,10 @@ class RunDriver:
         spec_dict = s.model_dump(mode="json")
         n_trainers = hw.trainer_processes  # bundles 0..n_trainers-1: the trainer's JAX processes, then the workers
         bundles = [resource_bundle(hw.trainer_resources)] * n_trainers + [resource_bundle(hw.rollout_resources)] * hw.num_rollout_workers
-        # shared_memory weights: every actor on this one node, even if the cluster grows later
         strategy = "PACK" if hw.accelerator == "cpu" else "SPREAD"
-        self.pg = placement_group(bundles, strategy="STRICT_PACK" if s.rollout.weight_sync.method == "shared_memory" else strategy)
+        if s.rollout.weight_sync.method == "shared_memory":
+            strategy = "STRICT_PACK"  # every actor on this one node, even if the cluster grows later
+        self.pg = placement_group(bundles, strategy=strategy)
         wait_for_placement_group(self.pg, bundles)
         self.t0 = time.monotonic()  # the run's clock starts once it holds its resources, not while queued in a sweep
 

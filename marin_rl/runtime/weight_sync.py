@@ -103,7 +103,8 @@ def arrays_into_model(template: Any, arrays: list[np.ndarray], mesh: Any = None,
 
 
 class Channel:
-    """How weights travel from the trainer to the rollout workers. Subclasses define publish and fetch."""
+    """How weights travel from the trainer to the rollout workers. Subclasses define publish, and fetch (owned
+    arrays) or, for a channel that lends its memory, fetched itself."""
 
     method: str
     lends_memory = False  # fetched arrays are views of memory the channel reuses (place them inside `fetched`)
@@ -300,11 +301,6 @@ class SharedMemoryChannel(Channel):
             if os.fstat(fd).st_nlink == 0:  # the trainer replaced this slot: let its pages go once no view holds them
                 self._maps.pop(packet.path, None)
             os.close(fd)
-
-    def fetch(self, packet: WeightPacket, timeout_s: float) -> list[np.ndarray]:
-        """Owned copies of the arrays (fetched() lends them in place, without the copy)."""
-        with self.fetched(packet, timeout_s) as arrays:
-            return [np.array(a) for a in arrays]
 
 
 def make_shm_dir(root: Path = SHM_ROOT) -> Path:
