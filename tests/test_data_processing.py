@@ -85,6 +85,8 @@ def test_pack_rollouts_layout_and_truncation_mask():
 )
 def test_length_bucket(longest, bucket):
     assert length_bucket(longest, max_seq_len=256) == bucket
+    # the sampler's KV cache series: from 64 (inference/sampler.py MIN_CACHE_BUCKET)
+    assert length_bucket(longest, max_seq_len=256, minimum=64) == max(bucket, 64)
 
 
 @pytest.mark.parametrize("advantage", ["grpo", "dr_grpo", "rloo"])

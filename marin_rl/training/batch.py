@@ -17,14 +17,15 @@ from marin_rl.rollouts import Rollout
 MIN_LENGTH_BUCKET = 32  # shortest padded sequence length a step is compiled for
 
 
-def length_bucket(longest: int, max_seq_len: int) -> int:
-    """The smallest of 32, 48, 64, 96, 128, 192, ... (a power of two p >= MIN_LENGTH_BUCKET, or 1.5 p) >= longest,
+def length_bucket(longest: int, max_seq_len: int, minimum: int = MIN_LENGTH_BUCKET) -> int:
+    """The smallest of m, 1.5 m, 2 m, 3 m, 4 m, 6 m, ... (m = minimum: 32, 48, 64, 96, ... by default) >= longest,
     at most max_seq_len.
 
-    Why the 1.5 p steps: a step's cost is proportional to the padded length, and powers of two alone pad up to 2x
+    Why the 1.5 steps: a step's cost is proportional to the padded length, and powers of two alone pad up to 2x
     (a 45-token batch trained as 64); with them padding stays under 1.5x, for at most twice the compiled shapes.
+    The sampler's KV cache grows through the same series (inference/sampler.py).
     """
-    power = MIN_LENGTH_BUCKET
+    power = minimum
     while True:
         for bucket in (power, power * 3 // 2):
             if bucket >= longest or bucket >= max_seq_len:
