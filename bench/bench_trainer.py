@@ -6,8 +6,8 @@
 
 --preset grpo-4m: conf/model/tiny.yaml with hidden 256, MLP 1024, 4 layers (4.2M parameters, ~100-char vocab),
 conf/loss/grpo.yaml (KL to a reference model), 4 prompts x 8 generations of real RolloutGroups whose answers are
-~30 of at most 32 new tokens; they go through the trainer actor's own path (prepare_batch, length_bucket,
-pack_rollouts, pad_train_batch, Trainer.train_step). Without a preset, batches are char-tokenizer rows of --seq.
+~30 of at most 32 new tokens; they go through the trainer actor's own path (prepare_batch, step_batch,
+Trainer.train_step). Without a preset, batches are char-tokenizer rows of --seq.
 
 Printed: step seconds (median over --steps steps after the compile step), tokens per step (real = prompt + response
 tokens, padded = rows x bucket length), model FLOPs per step = 6 x params x padded tokens (the policy's forward and
@@ -34,9 +34,8 @@ from marin_rl.models.policy import build_policy, count_params
 from marin_rl.objectives import LossConfig
 from marin_rl.rollouts import Rollout, RolloutGroup
 from marin_rl.runtime.allocator import reexec_with_allocator
-from marin_rl.training.batch import length_bucket, pack_rollouts
 from marin_rl.training.data_processing import prepare_batch
-from marin_rl.training.trainer import TrainBatch, Trainer, pad_train_batch
+from marin_rl.training.trainer import TrainBatch, Trainer, step_batch
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PRESETS = {
@@ -121,22 +120,16 @@ def make_groups(tokenizer, preset: dict, seed: int) -> list[RolloutGroup]:
     return groups
 
 
-def make_groups_batch(tokenizer, preset, loss_cfg, batch_size, max_seq_len, seed) -> tuple[TrainBatch, int]:
+def make_groups_batch(tokenizer, preset, loss_cfg, train: TrainConfig, max_seq_len, seed) -> tuple[TrainBatch, int]:
     """The trainer actor's path (runtime/trainer_actor.py `_optimizer_step`): (padded batch, real tokens)."""
     prepared = prepare_batch(
         make_groups(tokenizer, preset, seed), loss_cfg, preset["max_new_tokens"], preset["prompts"]
     )
     rollouts = prepared.rollouts
-    lengths = [len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts]
-    seq_len = length_bucket(max(lengths), max_seq_len)
-    packed = pack_rollouts(
-        rollouts, prepared.advantages_B, seq_len, tokenizer.pad_token_id, loss_cfg.overlong.filter_truncated
+    batch, _ = step_batch(
+        rollouts, prepared.advantages_B, train, max_seq_len, tokenizer.pad_token_id, loss_cfg.overlong.filter_truncated
     )
-    batch = pad_train_batch(
-        TrainBatch(packed.tokens_BS, packed.loss_mask_BS, packed.advantages_B, packed.sampler_logp_BS),
-        batch_size, seq_len, tokenizer.pad_token_id,
-    )
-    return batch, sum(lengths)
+    return batch, sum(len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts)
 
 
 def main() -> None:
@@ -191,7 +184,7 @@ def main() -> None:
     state = trainer.init_state(model)
     if preset:
         made = [
-            make_groups_batch(tokenizer, preset, loss_cfg, batch_size, model_cfg.max_seq_len, seed)
+            make_groups_batch(tokenizer, preset, loss_cfg, train, model_cfg.max_seq_len, seed)
             for seed in range(args.steps + 1)
         ]
     else:

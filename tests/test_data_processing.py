@@ -89,6 +89,33 @@ def test_length_bucket(longest, bucket):
     assert length_bucket(longest, max_seq_len=256, minimum=64) == max(bucket, 64)
 
 
+@pytest.mark.parametrize("per_octave, buckets", [
+    (1, [32, 64, 64, 64, 128, 128, 128, 256, 256]),
+    (2, [32, 48, 48, 64, 96, 96, 128, 192, 256]),
+    (4, [32, 40, 48, 56, 80, 96, 128, 160, 256]),
+    (8, [32, 36, 48, 56, 72, 96, 128, 144, 256]),
+])
+def test_length_buckets_per_octave(per_octave, buckets):
+    lengths = [30, 33, 45, 53, 65, 90, 127, 129, 300]
+    assert [length_bucket(n, 256, per_octave=per_octave) for n in lengths] == buckets
+
+
+@pytest.mark.parametrize("per_octave, padded", [(1, 64), (2, 64), (4, 56), (8, 56)])
+def test_a_step_runs_at_the_length_bucket_of_train_length_buckets_per_octave(per_octave, padded):
+    """The trainer actor's step arrays (training/trainer.py step_batch): the longest row, 2 + 51 = 53 tokens, sets
+    the padded length through the config key; rows are padded up to train.batch_size."""
+    from marin_rl.config.spec import TrainConfig
+    from marin_rl.training.trainer import step_batch
+
+    train = TrainConfig(batch_size=4, steps=1, length_buckets_per_octave=per_octave)
+    rollouts = [rollout(length=51), rollout(length=20)]
+    batch, shape = step_batch(rollouts, np.array([1.0, -1.0]), train, max_seq_len=128, pad_id=0,
+                              filter_truncated=False)
+    assert shape == {"train/longest_len": 53, "train/padded_len": padded}
+    assert batch.tokens.shape == batch.loss_mask.shape == (4, padded)
+    assert float(np.sum(batch.loss_mask)) == 71
+
+
 @pytest.mark.parametrize("advantage", ["grpo", "dr_grpo", "rloo"])
 def test_host_preparation_runs_in_numpy_and_equals_the_jax_formulas(advantage):
     """The trainer prepares batches of varying group counts on the host in NumPy (eager JAX would compile every op

@@ -183,6 +183,8 @@ class TrainConfig(StrictModel):
     eval_prompts: int = Field(200, ge=1)
     eval_samples: int = Field(1, ge=1)  # samples per eval prompt (pass@k uses k <= eval_samples)
     log_every: int = Field(1, ge=1)
+    # padded sequence lengths per doubling (training/batch.py length_bucket): more = less padding, more compiles
+    length_buckets_per_octave: Literal[1, 2, 4, 8] = 2
 
 
 class WeightSyncConfig(StrictModel):

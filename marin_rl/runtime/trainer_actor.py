@@ -35,7 +35,6 @@ from marin_rl.runtime.one_step_off import batch_weights_version
 from marin_rl.runtime.replay_buffer import ReplayBuffer
 from marin_rl.runtime.trainer_group import host_batch
 from marin_rl.runtime.weight_sync import make_channel, model_to_arrays
-from marin_rl.training.batch import length_bucket, pack_rollouts
 from marin_rl.training.checkpoint import (
     checkpoint_path,
     latest_checkpoint,
@@ -45,7 +44,7 @@ from marin_rl.training.checkpoint import (
 )
 from marin_rl.training.data_processing import PreparedBatch, prepare_batch
 from marin_rl.training.multihost import initialize_distributed
-from marin_rl.training.trainer import TrainBatch, Trainer, pad_train_batch
+from marin_rl.training.trainer import TrainBatch, Trainer, step_batch
 
 logger = logging.getLogger(__name__)
 
@@ -334,16 +333,9 @@ class TrainerActor:
 
     def _optimizer_step(self, prepared: PreparedBatch) -> dict:
         s = self.spec
-        rollouts = prepared.rollouts
-        seq_len = length_bucket(
-            max(len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts), s.model.max_seq_len
-        )
-        packed = pack_rollouts(
-            rollouts, prepared.advantages_B, seq_len, self.tokenizer.pad_token_id, s.loss.overlong.filter_truncated
-        )
-        batch = pad_train_batch(
-            TrainBatch(packed.tokens_BS, packed.loss_mask_BS, packed.advantages_B, packed.sampler_logp_BS),
-            s.train.batch_size, seq_len, self.tokenizer.pad_token_id,
+        batch, shape_metrics = step_batch(
+            prepared.rollouts, prepared.advantages_B, s.train, s.model.max_seq_len, self.tokenizer.pad_token_id,
+            s.loss.overlong.filter_truncated,
         )
         t_train = time.monotonic()
         followers = [f.follow_step.remote(host_batch(batch)) for f in self.followers]
@@ -360,7 +352,8 @@ class TrainerActor:
         return {
             **metrics,
             "train/skipped": 0,
-            "throughput/trained_tokens": float(packed.loss_mask_BS.sum()),
+            "throughput/trained_tokens": float(np.sum(batch.loss_mask)),
+            **shape_metrics,
             "time/train_step_s": train_s,
             **published,
         }

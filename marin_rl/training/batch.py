@@ -15,19 +15,22 @@ from marin_rl.objectives.filtering import mask_truncated
 from marin_rl.rollouts import Rollout
 
 MIN_LENGTH_BUCKET = 32  # shortest padded sequence length a step is compiled for
+DEFAULT_BUCKETS_PER_OCTAVE = 2  # train.length_buckets_per_octave's default (conf/config.yaml)
 
 
-def length_bucket(longest: int, max_seq_len: int, minimum: int = MIN_LENGTH_BUCKET) -> int:
-    """The smallest of m, 1.5 m, 2 m, 3 m, 4 m, 6 m, ... (m = minimum: 32, 48, 64, 96, ... by default) >= longest,
-    at most max_seq_len.
+def length_bucket(
+    longest: int, max_seq_len: int, minimum: int = MIN_LENGTH_BUCKET, per_octave: int = DEFAULT_BUCKETS_PER_OCTAVE
+) -> int:
+    """The smallest bucket >= longest, at most max_seq_len: from m = minimum, `per_octave` evenly spaced lengths per
+    doubling (per_octave=2: m, 1.5 m, 2 m, 3 m, ... = 32, 48, 64, 96, ... by default; 4: 32, 40, 48, 56, 64, 80, ...).
 
-    Why the 1.5 steps: a step's cost is proportional to the padded length, and powers of two alone pad up to 2x
-    (a 45-token batch trained as 64); with them padding stays under 1.5x, for at most twice the compiled shapes.
-    The sampler's KV cache grows through the same series (inference/sampler.py).
+    Why more than powers of two: a step's cost is proportional to the padded length, and powers of two alone pad up
+    to 2x (a 45-token batch trained as 64); with k lengths per doubling padding stays under 1 + 1/k, for at most k
+    times the compiled shapes. The sampler's KV cache grows through the per_octave=2 series (inference/sampler.py).
     """
     power = minimum
     while True:
-        for bucket in (power, power * 3 // 2):
+        for bucket in (power + i * power // per_octave for i in range(per_octave)):
             if bucket >= longest or bucket >= max_seq_len:
                 return min(bucket, max_seq_len)
         power *= 2

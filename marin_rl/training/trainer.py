@@ -29,7 +29,9 @@ import optax
 from marin_rl.config.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
 from marin_rl.models.arrays import cast_floating, resolve_dtype
 from marin_rl.objectives import LossConfig, batch_normalizer, policy_loss
+from marin_rl.rollouts import Rollout
 from marin_rl.training import mesh as meshes
+from marin_rl.training.batch import length_bucket, pack_rollouts
 from marin_rl.training.logprobs import token_stats
 from marin_rl.training.multihost import global_array
 
@@ -123,6 +125,23 @@ def schedule_count(opt_state: Any) -> jax.Array:
 def trainable(model: Any) -> Any:
     """The floating-point leaves of a model (what the optimizer updates)."""
     return eqx.filter(model, eqx.is_inexact_array)
+
+
+def step_batch(
+    rollouts: list[Rollout], advantages_B: np.ndarray, train: TrainConfig, max_seq_len: int, pad_id: int,
+    filter_truncated: bool,
+) -> tuple[TrainBatch, dict[str, int]]:
+    """The arrays of one optimizer step: rows packed at the length bucket of the longest row
+    (train.length_buckets_per_octave), padded to [train.batch_size, bucket]; and that bucket as metrics."""
+    longest = max(len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts)
+    seq_len = length_bucket(longest, max_seq_len, per_octave=train.length_buckets_per_octave)
+    packed = pack_rollouts(rollouts, advantages_B, seq_len, pad_id, filter_truncated)
+    batch = pad_train_batch(
+        TrainBatch(packed.tokens_BS, packed.loss_mask_BS, packed.advantages_B, packed.sampler_logp_BS),
+        train.batch_size, seq_len, pad_id,
+    )
+    # the longest row's prompt + response tokens, and the length the step ran at
+    return batch, {"train/longest_len": longest, "train/padded_len": seq_len}
 
 
 def pad_train_batch(batch: TrainBatch, batch_size: int, seq_len: int, pad_id: int = 0) -> TrainBatch:
