@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 from rollout_helpers import group, rollout
 
+from marin_rl.config.spec import TrainConfig
 from marin_rl.objectives.config import DynamicSamplingConfig, LossConfig, OverlongConfig
 from marin_rl.training.batch import length_bucket, pack_rollouts
 from marin_rl.training.data_processing import prepare_batch, shaped_rewards_NG
+from marin_rl.training.trainer import step_batch
 
 DR_GRPO = LossConfig(name="t", advantage="dr_grpo")
 
@@ -104,9 +106,6 @@ def test_length_buckets_per_octave(per_octave, buckets):
 def test_a_step_runs_at_the_length_bucket_of_train_length_buckets_per_octave(per_octave, padded):
     """The trainer actor's step arrays (training/trainer.py step_batch): the longest row, 2 + 51 = 53 tokens, sets
     the padded length through the config key; rows are padded up to train.batch_size."""
-    from marin_rl.config.spec import TrainConfig
-    from marin_rl.training.trainer import step_batch
-
     train = TrainConfig(batch_size=4, steps=1, length_buckets_per_octave=per_octave)
     rollouts = [rollout(length=51), rollout(length=20)]
     batch, shape = step_batch(rollouts, np.array([1.0, -1.0]), train, max_seq_len=128, pad_id=0,

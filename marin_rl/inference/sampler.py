@@ -83,8 +83,9 @@ MIN_FILL_BUCKET = 16
 # smallest KV cache compiled (slots). The cache grows to the next bucket (x1.5 or x4/3: 64, 96, 128, 192, ...) when
 # the next chunk needs more slots, up to max_seq_len: each decode step reads the whole cache, which at batch 32
 # outweighs the weights (19M params, 256 slots: 100 MB of keys and values against 76 MB of weights per step), so
-# reading only the slots in reach is the larger saving (the 1.5x steps over doubling: +7% tokens/s at 4M, 128 new
-# tokens); each size is one more compiled decode program, hence a floor rather than growth from 16.
+# reading only the slots in reach is the larger saving (the 1.5x steps over doubling: +2-7% tokens/s at 4M-20M params,
+# 128 new tokens, docs/benchmarks.md); each size is one more compiled decode program, hence a floor rather than
+# growth from 16.
 MIN_CACHE_BUCKET = 64
 KV_ON_SWAP = ("recompute", "keep")
 

@@ -15,7 +15,7 @@ from marin_rl.objectives.filtering import mask_truncated
 from marin_rl.rollouts import Rollout
 
 MIN_LENGTH_BUCKET = 32  # shortest padded sequence length a step is compiled for
-DEFAULT_BUCKETS_PER_OCTAVE = 2  # train.length_buckets_per_octave's default (conf/config.yaml)
+DEFAULT_BUCKETS_PER_OCTAVE = 2  # the 1.5x series (32, 48, 64, 96, ...): the sampler's KV cache grows through it
 
 
 def length_bucket(
