@@ -108,9 +108,9 @@ def test_a_step_runs_at_the_length_bucket_of_train_length_buckets_per_octave(per
     the padded length through the config key; rows are padded up to train.batch_size."""
     train = TrainConfig(batch_size=4, steps=1, length_buckets_per_octave=per_octave)
     rollouts = [rollout(length=51), rollout(length=20)]
-    batch, shape = step_batch(rollouts, np.array([1.0, -1.0]), train, max_seq_len=128, pad_id=0,
+    batch, metrics = step_batch(rollouts, np.array([1.0, -1.0]), train, max_seq_len=128, pad_id=0,
                               filter_truncated=False)
-    assert shape == {"train/longest_len": 53, "train/padded_len": padded}
+    assert metrics == {"train/longest_len": 53, "train/padded_len": padded, "throughput/trained_tokens": 71.0}
     assert batch.tokens.shape == batch.loss_mask.shape == (4, padded)
     assert float(np.sum(batch.loss_mask)) == 71
 

@@ -333,7 +333,7 @@ class TrainerActor:
 
     def _optimizer_step(self, prepared: PreparedBatch) -> dict:
         s = self.spec
-        batch, shape_metrics = step_batch(
+        batch, batch_metrics = step_batch(
             prepared.rollouts, prepared.advantages_B, s.train, s.model.max_seq_len, self.tokenizer.pad_token_id,
             s.loss.overlong.filter_truncated,
         )
@@ -352,8 +352,7 @@ class TrainerActor:
         return {
             **metrics,
             "train/skipped": 0,
-            "throughput/trained_tokens": float(np.sum(batch.loss_mask)),
-            **shape_metrics,
+            **batch_metrics,
             "time/train_step_s": train_s,
             **published,
         }

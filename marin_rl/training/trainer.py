@@ -132,7 +132,8 @@ def step_batch(
     filter_truncated: bool,
 ) -> tuple[TrainBatch, dict[str, int]]:
     """The arrays of one optimizer step: rows packed at the length bucket of the longest row
-    (train.length_buckets_per_octave), padded to [train.batch_size, bucket]; and that bucket as metrics."""
+    (train.length_buckets_per_octave), padded to [train.batch_size, bucket]; and their shape and loss tokens as
+    metrics (counted on the host arrays, not read back from the device)."""
     longest = max(len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts)
     seq_len = length_bucket(longest, max_seq_len, per_octave=train.length_buckets_per_octave)
     packed = pack_rollouts(rollouts, advantages_B, seq_len, pad_id, filter_truncated)
@@ -140,8 +141,11 @@ def step_batch(
         TrainBatch(packed.tokens_BS, packed.loss_mask_BS, packed.advantages_B, packed.sampler_logp_BS),
         train.batch_size, seq_len, pad_id,
     )
-    # the longest row's prompt + response tokens, and the length the step ran at
-    return batch, {"train/longest_len": longest, "train/padded_len": seq_len}
+    return batch, {
+        "train/longest_len": longest,  # prompt + response tokens of the longest row
+        "train/padded_len": seq_len,  # the length the step ran at
+        "throughput/trained_tokens": float(packed.loss_mask_BS.sum()),
+    }
 
 
 def pad_train_batch(batch: TrainBatch, batch_size: int, seq_len: int, pad_id: int = 0) -> TrainBatch:
