@@ -10,6 +10,8 @@ Steps (each side in its own subprocess; peer scripts run in .venv-peers and neve
 3. RL steps/s and sampled tokens/s: `launch.py recipe=quickstart` with overrides (GRPO without KL, no SFT,
    4 prompts x 8 generations, 32 new tokens, weights from the export) vs bench/peers_trl_grpo.py (TRL
    GRPOTrainer, same settings, the same mock reverse task and exact-match reward), mean answer lengths reported;
+   ours once in rollout.mode=sync (on-policy, as TRL) and once in rollout.mode=one_step_off (sampling pipelined
+   with training, rollouts one version old: a different algorithm, so its own row);
 4. weight sync: bench/peers_weight_sync.py (object store, shared-memory and file channels: publish + fetch vs a memcpy);
 5. in-flight vs sync: the same launch.py run with rollout.mode=sync and =inflight and longer answers.
 Sides alternate (ours first for one size, the peer first for the next). The table goes to stdout and to
@@ -73,6 +75,7 @@ def ours_rl_rates(rows: list[dict], warmup: int) -> dict:
         "mean_answer_len": sum(r["rollout/response_len_mean"] for r in timed) / len(timed),
         "sample_s_per_step": sample_s / steps,
         "train_s_per_step": train_s / steps,
+        "max_staleness": max(r.get("replay/max_staleness_used", 0) for r in timed),  # versions behind, per token
     }
 
 
@@ -231,6 +234,15 @@ def table(res: dict, args) -> str:
             f"| {ratio(o and o['sampled_tokens_per_s'], t and t['sampled_tokens_per_s'])} "
             f"| mean answer length {fmt(o and o['mean_answer_len'], 1)} / {fmt(t and t['mean_answer_len'], 1)} |"
         )
+        p = res["rl"]["one_step_off"].get(name)
+        if name in res["rl"]["one_step_off"]:
+            lines.append(
+                f"| RL steps/s (ours one_step_off / TRL GRPOTrainer) | {name} | {fmt(p and p['steps_per_s'], 2)} "
+                f"| {fmt(t and t['steps_per_s'], 3)} | {ratio(p and p['steps_per_s'], t and t['steps_per_s'])} "
+                f"| ours sampled one version behind (max staleness {fmt(p and p['max_staleness'])}), TRL on-policy; "
+                f"train {fmt(p and p['train_s_per_step'], 3)} s/step overlapping sample "
+                f"{fmt(p and p['sample_s_per_step'], 3)} s/step |"
+            )
     for name, w in res["weight_sync"].items():
         for channel in ("object_store", "shared_memory", "files"):
             total = w[f"{channel}_publish_s"] + w[f"{channel}_fetch_s"]
@@ -261,6 +273,8 @@ def main() -> None:
     ap.add_argument("--generations", type=int, default=8, help="RL answers per prompt")
     ap.add_argument("--rl-new-tokens", type=int, default=32, help="RL answer cap")
     ap.add_argument("--rl-sizes", nargs="+", default=["0.15M", "4M"], choices=list(SIZES))
+    ap.add_argument("--one-step-off", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run ours in rollout.mode=one_step_off (its own row: rollouts one version old)")
     ap.add_argument("--ours-steps", type=int, default=10, help="marin-rl RL steps per run")
     ap.add_argument("--trl-steps", type=int, default=5, help="TRL steps per run (each costs seconds)")
     ap.add_argument("--warmup", type=int, default=2, help="first RL steps left out of the timing (compiles)")
@@ -285,7 +299,7 @@ def main() -> None:
                                      rows=args.rows)
     ordered = [folders[name] for name in SIZES]
     res: dict = {"args": vars(args), "stamp": stamp, "host": platform.node(), "cpus": os.cpu_count(),
-                 "sampler": {"ours": {}, "hf": {}}, "rl": {"ours": {}, "trl": {}}, "weight_sync": {}, "inflight": {}}
+                 "sampler": {"ours": {}, "hf": {}}, "rl": {"ours": {}, "one_step_off": {}, "trl": {}}, "weight_sync": {}, "inflight": {}}
 
     sampler_flags = ["--prompts", str(prompts), "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
     for row in runner.run("sampler-ours", [sys.executable, str(BENCH / "peers_ours_sampler.py"), *sampler_flags,
@@ -301,6 +315,11 @@ def main() -> None:
             if side == "ours":
                 res["rl"]["ours"][name] = ours_rl(runner, args, name, folders[name], out / f"ours-rl-{name}",
                                                   args.ours_steps, args.rl_new_tokens, "sync")
+                if args.one_step_off:
+                    res["rl"]["one_step_off"][name] = ours_rl(
+                        runner, args, name, folders[name], out / f"ours-rl-one-step-off-{name}", args.ours_steps,
+                        args.rl_new_tokens, "one_step_off",
+                    )
             else:
                 res["rl"]["trl"][name] = trl_rl(runner, args, name, folders[name], problems, out)
 
