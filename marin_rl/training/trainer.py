@@ -344,14 +344,12 @@ class Trainer:
         and `state` comes back unchanged (train_step then raises)."""
         self.traces += 1  # python side effect: runs only while tracing
         grads, metrics = self._grads_entry(state.model, batch, ref_model)
-
-        def keep(state, grads):
-            return state, jax.tree.map(lambda x: jnp.full(x.shape, jnp.nan, x.dtype), update_shapes)
-
-        update_shapes = jax.eval_shape(self._apply_impl, state, grads)[1]
-        state, update_metrics = jax.lax.cond(
-            jnp.isfinite(metrics["loss/total"]), self._apply_impl, keep, state, grads
-        )
+        finite = jnp.isfinite(metrics["loss/total"])
+        updated, update_metrics = self._apply_impl(state, grads)
+        # A per-leaf select, not lax.cond: a cond branch that returns the input state made XLA copy every parameter
+        # and both Adam moments each step (the inputs are not donated); the select fuses into the AdamW update.
+        state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), updated, state)
+        update_metrics = {name: jnp.where(finite, value, jnp.nan) for name, value in update_metrics.items()}
         return state, {**metrics, **update_metrics}
 
     def _apply_impl(self, state: TrainerState, grads):
