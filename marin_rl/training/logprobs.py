@@ -18,6 +18,7 @@ from typing import NamedTuple
 import haliax as hax
 import jax
 import jax.numpy as jnp
+from haliax.nn.scan import Stacked
 from levanter.layers.attention import AttentionMask
 from levanter.models.llama import LlamaDecoderLayer, LlamaTransformer
 from levanter.models.lm_model import LmHeadModel
@@ -58,6 +59,30 @@ def unrolled_layer(layer, x: hax.NamedArray) -> hax.NamedArray:
     return x + mlp_output
 
 
+def unstacked_layers(layers: Stacked) -> list:
+    """`layers.unstacked()` with each layer cut out of the stacked weights by a static slice.
+
+    Why: Haliax's unstacking indexes with jnp.take, a gather with an out-of-bounds fill; in the trainer step XLA's CPU
+    backend ran it as a copy of every weight through a select, and its gradient through a pad, each step.
+    """
+
+    def layer(i: int):
+        def cut(x):
+            if isinstance(x, hax.NamedArray):
+                if not hax.selects_axis(x.axes, layers.Block):
+                    return x
+                axis = x.axis_indices(layers.Block)
+                sliced = jax.lax.index_in_dim(x.array, i, axis, keepdims=False)
+                return hax.auto_sharded(hax.named(sliced, x.axes[:axis] + x.axes[axis + 1 :]))
+            if isinstance(x, jax.Array):
+                return jax.lax.index_in_dim(x, i, 0, keepdims=False)
+            return x
+
+        return jax.tree.map(cut, layers.stacked, is_leaf=lambda x: isinstance(x, hax.NamedArray))
+
+    return [layer(i) for i in range(layers.Block.size)]
+
+
 def unrolled_activations(model: LmHeadModel, ids: hax.NamedArray) -> hax.NamedArray:
     """LlamaLMHeadModel.activations with the layer scan written out as a Python loop (the same modules and math).
 
@@ -65,7 +90,7 @@ def unrolled_activations(model: LmHeadModel, ids: hax.NamedArray) -> hax.NamedAr
     stacked residuals into slow strided copies; with straight-line layers those slices disappear.
     """
     x = model.embeddings.embed(ids)
-    for layer in model.transformer.layers.unstacked():
+    for layer in unstacked_layers(model.transformer.layers):
         x = unrolled_layer(layer, x)
     return model.transformer.norm(x)
 
