@@ -46,6 +46,16 @@ def test_data_errors_are_found_before_ray(tmp_path, lines, expected):
     assert expected in str(err.value)
 
 
+def test_actors_that_cannot_fit_the_local_ray_fail_before_it_starts(tmp_path):
+    """Two 1-CPU workers + a 1-CPU trainer on a 2-CPU private Ray: its placement group could never be reserved."""
+    spec = compose_spec(["hardware.num_rollout_workers=2", "ray.num_cpus=2"])
+    with pytest.raises(PreflightError, match="ask for 3 CPUs") as err:
+        preflight(spec, tmp_path / "run")
+    assert "hardware.num_rollout_workers=2" in str(err.value) and "ray.num_cpus=2" in str(err.value)
+    fits = compose_spec(["hardware.num_rollout_workers=2", "hardware.rollout_resources.num_cpus=0.5", "ray.num_cpus=2"])
+    preflight(fits, tmp_path / "run")
+
+
 def test_missing_resume_path_is_found_before_ray(tmp_path):
     with pytest.raises(PreflightError, match="no such run folder"):
         preflight(compose_spec([f"resume={tmp_path / 'nope'}"]), tmp_path / "run")

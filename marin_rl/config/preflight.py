@@ -7,7 +7,9 @@ message that names the config key, the file and what to change.
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import sys
 from pathlib import Path
 
 from marin_rl.config.spec import ModelConfig, RunSpec
@@ -184,8 +186,31 @@ def check_weight_slots(spec: RunSpec) -> None:
         )
 
 
+def check_local_cpus(spec: RunSpec) -> None:
+    """The run's actors must fit the private local Ray it starts (no ray.address): no node can ever join that one,
+    so a run asking for more CPUs than it gives Ray would wait for its placement group forever."""
+    ray = sys.modules.get("ray")
+    if spec.mode != "rl" or spec.ray.address or (ray is not None and ray.is_initialized()):
+        return  # a cluster (or a sweep's Ray) can grow or free CPUs later: the driver waits and says why
+    hw = spec.hardware
+    trainer_cpus = hw.trainer_processes * hw.trainer_resources.num_cpus
+    worker_cpus = hw.num_rollout_workers * hw.rollout_resources.num_cpus
+    cpus = spec.ray.num_cpus or os.cpu_count() or 1
+    if trainer_cpus + worker_cpus > cpus:
+        raise PreflightError(
+            f"the run's actors ask for {trainer_cpus + worker_cpus:g} CPUs (hardware.trainer_processes="
+            f"{hw.trainer_processes} x hardware.trainer_resources.num_cpus={hw.trainer_resources.num_cpus:g} + "
+            f"hardware.num_rollout_workers={hw.num_rollout_workers} x hardware.rollout_resources.num_cpus="
+            f"{hw.rollout_resources.num_cpus:g}) but the local Ray this run starts has {cpus} (ray.num_cpus="
+            f"{spec.ray.num_cpus}, this machine: {os.cpu_count()}): lower them (a fraction such as "
+            "hardware.rollout_resources.num_cpus=0.5 is allowed), raise ray.num_cpus, or join a cluster with "
+            "ray.address"
+        )
+
+
 def preflight(spec: RunSpec, run_dir: Path) -> None:
     """Every driver-side check of a run that is about to start (raises PreflightError)."""
+    check_local_cpus(spec)
     check_inference_backend(spec)
     check_weight_slots(spec)
     check_data(spec)
