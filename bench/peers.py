@@ -234,8 +234,8 @@ def table(res: dict, args) -> str:
             f"| {ratio(o and o['sampled_tokens_per_s'], t and t['sampled_tokens_per_s'])} "
             f"| mean answer length {fmt(o and o['mean_answer_len'], 1)} / {fmt(t and t['mean_answer_len'], 1)} |"
         )
-        p = res["rl"]["one_step_off"].get(name)
         if name in res["rl"]["one_step_off"]:
+            p = res["rl"]["one_step_off"][name]
             lines.append(
                 f"| RL steps/s (ours one_step_off / TRL GRPOTrainer) | {name} | {fmt(p and p['steps_per_s'], 2)} "
                 f"| {fmt(t and t['steps_per_s'], 3)} | {ratio(p and p['steps_per_s'], t and t['steps_per_s'])} "

@@ -46,8 +46,9 @@ def test_data_errors_are_found_before_ray(tmp_path, lines, expected):
     assert expected in str(err.value)
 
 
-def test_actors_that_cannot_fit_the_local_ray_fail_before_it_starts(tmp_path):
+def test_actors_that_cannot_fit_the_local_ray_fail_before_it_starts(tmp_path, monkeypatch):
     """Two 1-CPU workers + a 1-CPU trainer on a 2-CPU private Ray: its placement group could never be reserved."""
+    monkeypatch.delitem(sys.modules, "ray", raising=False)  # as in a fresh launch: no Ray connected yet
     spec = compose_spec(["hardware.num_rollout_workers=2", "ray.num_cpus=2"])
     with pytest.raises(PreflightError, match="ask for 3 CPUs") as err:
         preflight(spec, tmp_path / "run")
