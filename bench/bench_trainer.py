@@ -3,14 +3,16 @@
     .venv/bin/python bench/bench_trainer.py                     # conf/model/tiny.yaml, batch 64 x seq 128 rows
     .venv/bin/python bench/bench_trainer.py --preset grpo-4m    # 4.2M-param Llama, GRPO batch 4 prompts x 8
     .venv/bin/python bench/bench_trainer.py --preset grpo-4m --unroll-layers off   # Levanter's layer scan
+    .venv/bin/python bench/bench_trainer.py --preset grpo-4m --shared-prompts off   # one row per response
 
 --preset grpo-4m: conf/model/tiny.yaml with hidden 256, MLP 1024, 4 layers (4.2M parameters, ~100-char vocab),
 conf/loss/grpo.yaml (KL to a reference model), 4 prompts x 8 generations of real RolloutGroups whose answers are
 ~30 of at most 32 new tokens; they go through the trainer actor's own path (prepare_batch, step_batch,
-Trainer.train_step). Without a preset, batches are char-tokenizer rows of --seq.
+Trainer.train_step), laid out as shared-prompt rows with hardware.trainer_shared_prompts (conf/hardware/cpu.yaml's value
+unless --shared-prompts). Without a preset, batches are char-tokenizer rows of --seq.
 
 Printed: step seconds (median over --steps steps after the compile step), tokens per step (real = prompt + response
-tokens, padded = rows x bucket length), model FLOPs per step = 6 x params x padded tokens (the policy's forward and
+tokens, padded = rows x bucket length of the rows the forward pass runs over), model FLOPs per step = 6 x params x padded tokens (the policy's forward and
 backward: what the matmuls run on), achieved GFLOP/s, the machine's JAX f32 matmul peak measured here (best of square
 matmuls 512-2048) and MFU = achieved / peak. With a KL term (loss.kl.coef > 0) the step also runs the reference
 model's forward, 2 x params x padded tokens more: a second MFU line counts it (8 x params x padded tokens), so both
@@ -120,16 +122,33 @@ def make_groups(tokenizer, preset: dict, seed: int) -> list[RolloutGroup]:
     return groups
 
 
-def make_groups_batch(tokenizer, preset, loss_cfg, train: TrainConfig, max_seq_len, seed) -> tuple[TrainBatch, int]:
+def make_groups_batch(
+    tokenizer, preset, loss_cfg, train: TrainConfig, max_seq_len, shared_prompts: bool, seed: int
+) -> tuple[TrainBatch, int]:
     """The trainer actor's path (runtime/trainer_actor.py `_optimizer_step`): (padded batch, real tokens)."""
     prepared = prepare_batch(
         make_groups(tokenizer, preset, seed), loss_cfg, preset["max_new_tokens"], preset["prompts"]
     )
     rollouts = prepared.rollouts
     batch, _ = step_batch(
-        rollouts, prepared.advantages_B, train, max_seq_len, tokenizer.pad_token_id, loss_cfg.overlong.filter_truncated
+        rollouts, prepared.advantages_B, train, max_seq_len, tokenizer.pad_token_id, loss_cfg.overlong.filter_truncated,
+        shared_prompts, preset["prompts"],
     )
     return batch, sum(len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts)
+
+
+def tokens_through_layers(batch: TrainBatch) -> int:
+    """Padded tokens the forward pass runs over: rows x length, or the shared-prompt layout's prompts + responses."""
+    if batch.shared is None:
+        return batch.tokens.size
+    return batch.shared.prompts_GP.size + batch.shared.responses_GNT.size
+
+
+def layout(batch: TrainBatch) -> str:
+    if batch.shared is None:
+        return "off"
+    (G, P), (_, N, T) = batch.shared.prompts_GP.shape, batch.shared.responses_GNT.shape
+    return f"on ({G} prompts x {P} + {G} x {N} responses x {T} tokens)"
 
 
 def main() -> None:
@@ -153,6 +172,15 @@ def main() -> None:
         help="hardware.malloc_hugepages (this process re-executes itself with or without the glibc tunable, as "
         "the trainer actor starts): config = conf/hardware/cpu.yaml's value",
     )
+    parser.add_argument(
+        "--shared-prompts", choices=["config", "on", "off"], default="config",
+        help="hardware.trainer_shared_prompts (with --preset; off = one row per response): config = "
+        "conf/hardware/cpu.yaml's value",
+    )
+    parser.add_argument(
+        "--length-buckets-per-octave", type=int, choices=[1, 2, 4, 8], default=2,
+        help="train.length_buckets_per_octave (conf/config.yaml's default: 2)",
+    )
     parser.add_argument("--steps", type=int, default=10, help="timed steps after the compile step")
     args = parser.parse_args()
 
@@ -172,9 +200,18 @@ def main() -> None:
         hardware = hardware.model_copy(update={"trainer_unroll_layers": args.unroll_layers == "on"})
     if args.malloc_hugepages != "config":
         hardware = hardware.model_copy(update={"malloc_hugepages": args.malloc_hugepages == "on"})
+    # shared-prompt rows need GRPO groups (a preset), one pass per step and the unrolled layers
+    shared_ok = bool(preset) and not args.micro_batch and hardware.trainer_unroll_layers
+    if args.shared_prompts == "on" and not shared_ok:
+        raise SystemExit("--shared-prompts on needs --preset, no --micro-batch and unrolled layers")
+    if args.shared_prompts != "config" or not shared_ok:
+        hardware = hardware.model_copy(update={"trainer_shared_prompts": args.shared_prompts == "on"})
     reexec_with_allocator(hardware.malloc_hugepages)
     batch_size = preset["prompts"] * preset["generations"] if preset else args.batch
-    train = TrainConfig(batch_size=batch_size, micro_batch_size=args.micro_batch, steps=args.steps + 1)
+    train = TrainConfig(
+        batch_size=batch_size, micro_batch_size=args.micro_batch, steps=args.steps + 1,
+        length_buckets_per_octave=args.length_buckets_per_octave,
+    )
 
     model, tokenizer, _ = build_policy(model_cfg, jax.random.PRNGKey(0))
     trainer = Trainer(
@@ -184,7 +221,9 @@ def main() -> None:
     state = trainer.init_state(model)
     if preset:
         made = [
-            make_groups_batch(tokenizer, preset, loss_cfg, train, model_cfg.max_seq_len, seed)
+            make_groups_batch(
+                tokenizer, preset, loss_cfg, train, model_cfg.max_seq_len, hardware.trainer_shared_prompts, seed
+            )
             for seed in range(args.steps + 1)
         ]
     else:
@@ -201,7 +240,7 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
     params = count_params(model)
-    padded_tokens = float(np.mean([b.tokens.size for b in batches[1:]]))
+    padded_tokens = float(np.mean([tokens_through_layers(b) for b in batches[1:]]))
     real_tokens = float(np.mean([n for _, n in made[1:]]))
     loss_tokens = float(np.mean([float(b.loss_mask.sum()) for b in batches[1:]]))
     model_gflop = 6 * params * padded_tokens / 1e9
@@ -210,7 +249,7 @@ def main() -> None:
     print(
         f"model {args.model}{' preset ' + args.preset if preset else ''} ({params:,} params, vocab "
         f"{len(tokenizer)}), loss {loss_name} (kl coef {loss_cfg.kl.coef}), "
-        f"batch {batch_size} x seq {batches[1].tokens.shape[1]}, "
+        f"batch {batch_size} x seq {batches[1].tokens.shape[1]}, shared prompts {layout(batches[1])}, "
         f"micro-batch {args.micro_batch or batch_size}, vocab chunk {args.vocab_chunk}, "
         f"unroll layers {trainer.unroll_layers}, malloc huge pages {hardware.malloc_hugepages}, "
         f"{jax.devices()[0].platform}"

@@ -110,7 +110,10 @@ def test_a_step_runs_at_the_length_bucket_of_train_length_buckets_per_octave(per
     rollouts = [rollout(length=51), rollout(length=20)]
     batch, metrics = step_batch(rollouts, np.array([1.0, -1.0]), train, max_seq_len=128, pad_id=0,
                               filter_truncated=False)
-    assert metrics == {"train/longest_len": 53, "train/padded_len": padded, "throughput/trained_tokens": 71.0}
+    assert metrics == {
+        "train/longest_len": 53, "train/padded_len": padded, "train/padded_tokens": 4 * padded,
+        "throughput/trained_tokens": 71.0,
+    }
     assert batch.tokens.shape == batch.loss_mask.shape == (4, padded)
     assert float(np.sum(batch.loss_mask)) == 71
 

@@ -76,7 +76,12 @@ EFFECTS = {
     ),
     "compute_dtype": ([], ["hardware.compute_dtype=bfloat16"], lambda s: (trainer_dtypes(s)[1], memory_plan(s).trainer["activations"])),
     "trainer_unroll_layers": (
-        ["hardware.trainer_unroll_layers=false"], ["hardware.trainer_unroll_layers=true"], trainer_layer_scan
+        ["hardware.trainer_unroll_layers=false", "hardware.trainer_shared_prompts=false"],
+        ["hardware.trainer_unroll_layers=true"], trainer_layer_scan,
+    ),
+    "trainer_shared_prompts": (  # the step's rows (tests/test_shared_prompts.py); here the plan's attention length
+        ["hardware.trainer_shared_prompts=false"], ["hardware.trainer_shared_prompts=true"],
+        lambda s: memory_plan(s).trainer["activations"],
     ),
     "trainer_processes": (
         ["hardware.trainer_mesh={data: 1, fsdp: 2, model: 1}"],

@@ -31,6 +31,7 @@ def tiny_spec(**hardware):
         "model=tiny", "model.hidden_dim=32", "model.intermediate_dim=64", "model.max_seq_len=64",
         "train.batch_size=8", "train.micro_batch_size=4", "rollout.n_generations=4", "sampler.max_new_tokens=16",
         "hardware.trainer_mesh={data: 1, fsdp: 2, model: 2}",
+        "hardware.trainer_shared_prompts=false",  # it micro-batches
     ] + [f"hardware.{k}={v}" for k, v in hardware.items()]
     return compose_spec(overrides)
 

@@ -188,11 +188,14 @@ def memory_plan(
     accumulating = micro < train.batch_size
     rows = micro // (mesh["data"] * mesh["fsdp"])
     S = spec.model.max_seq_len
+    # shared-prompt rows (hardware.trainer_shared_prompts): no more tokens than one row per response, but a row (a
+    # prompt and its n responses) attends over up to n x max_seq_len keys
+    attended = S * spec.rollout.n_generations if hw.trainer_shared_prompts else S
     trainer = {
         "parameters": params,
         "gradients": params * (2 if accumulating else 1),
         "optimizer": 2 * params,
-        "activations": activation_bytes(shape, rows * S, S, mesh["model"], c, spec.model.logprob_vocab_chunk),
+        "activations": activation_bytes(shape, rows * S, attended, mesh["model"], c, spec.model.logprob_vocab_chunk),
     }
     s = DTYPE_BYTES[hw.compute_dtype]
     key = "hardware.rollout_mesh"

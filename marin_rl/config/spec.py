@@ -141,6 +141,8 @@ class HardwareConfig(StrictModel):
     param_dtype: Literal["float32", "bfloat16"] = "float32"
     # trainer forward/backward: Llama layers as straight-line code instead of Levanter's layer scan
     trainer_unroll_layers: bool = False
+    # trainer forward/backward: each prompt once, followed by all its responses (training/shared_prompts.py)
+    trainer_shared_prompts: bool = False
     # JAX processes (trainer actors) the trainer mesh spans, each holding an equal share of its devices
     trainer_processes: int = Field(1, ge=1)
     # every Ray actor starts with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (runtime/allocator.py)
@@ -325,6 +327,7 @@ class RunSpec(StrictModel):
                 f"sft.warmstart with hardware.trainer_processes={self.hardware.trainer_processes}: the SFT warm-start "
                 "(training/sft.py) has never run across trainer processes; allowed: sft.warmstart=false (or sft.steps=0), or trainer_processes=1"
             )
+        self._check_shared_prompts()
         groups = self.train.batch_size // g
         if groups < self.hardware.num_rollout_workers:
             raise ValueError(
@@ -359,6 +362,28 @@ class RunSpec(StrictModel):
                     "{data: 1, fsdp: 1, model: 1}"
                 )
         return self
+
+    def _check_shared_prompts(self) -> None:
+        """hardware.trainer_shared_prompts needs one pass per step, the unrolled layers and an attention kernel that
+        takes an explicit mask."""
+        if not self.hardware.trainer_shared_prompts:
+            return
+        mb = self.train.micro_batch_size
+        if mb is not None and mb != self.train.batch_size:
+            raise ValueError(
+                f"hardware.trainer_shared_prompts=true runs a step's rows in one pass and train.micro_batch_size={mb} "
+                "splits them; allowed: trainer_shared_prompts=false, or train.micro_batch_size=null"
+            )
+        if not self.hardware.trainer_unroll_layers:
+            raise ValueError(
+                "hardware.trainer_shared_prompts=true runs the unrolled Llama layers; allowed: "
+                "trainer_unroll_layers=true, or trainer_shared_prompts=false"
+            )
+        if self.hardware.accelerator == "tpu":
+            raise ValueError(
+                "hardware.trainer_shared_prompts=true needs an attention mask per response, which Levanter's TPU "
+                "(splash) attention does not take; allowed on hardware.accelerator=tpu: false"
+            )
 
     def _check_vllm_model(self) -> None:
         """vLLM's CPU attention serves a fixed set of head sizes (today's tiny default, 16, is not one of them)."""

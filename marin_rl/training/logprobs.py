@@ -19,13 +19,17 @@ import haliax as hax
 import jax
 import jax.numpy as jnp
 from haliax.nn.scan import Stacked
-from levanter.layers.attention import AttentionMask
+from levanter.layers.attention import AttentionMask, dot_product_attention
 from levanter.models.llama import LlamaDecoderLayer, LlamaTransformer
 from levanter.models.lm_model import LmHeadModel
+
+from marin_rl.training.shared_prompts import SharedPromptRows
 
 BATCH_AXIS = "batch"
 POS_AXIS = "position"
 TOKEN_AXIS = "token"  # batch x position flattened (the unrolled MLP)
+GENERATION_AXIS = "generation"  # the responses to one prompt (shared-prompt layout)
+KEY_POS_AXIS = "key_position"  # Levanter attention's name for the key side of "position"
 
 
 class TokenStats(NamedTuple):
@@ -45,15 +49,22 @@ def unrolled_layer(layer, x: hax.NamedArray) -> hax.NamedArray:
     """LlamaDecoderLayer.__call__ (causal, no dropout key) with the MLP applied to (batch x position) flattened
     into one token axis: the MLP's weight gradients then contract a 2-D [tokens, width] array, which XLA's CPU
     backend transposes cheaply, instead of a 3-D one whose fused transposing copies were ~1/4 of the step."""
-    residual = x
     attn_output = layer.self_attn(x=layer.input_layernorm(x), mask=AttentionMask.causal(), key=None, pos_ids=None)
+    return mlp_residual(layer, attention_residual(layer, x, attn_output))
+
+
+def attention_residual(layer, x: hax.NamedArray, attn_output: hax.NamedArray) -> hax.NamedArray:
+    """x + the layer's attention output (after its post-attention norm, where the model has one)."""
     if layer.post_attn_layernorm is not None:
         attn_output = layer.post_attn_layernorm(attn_output)
-    x = residual + attn_output
-    h_flat = hax.flatten_axes(layer.post_attention_layernorm(x), (BATCH_AXIS, POS_AXIS), TOKEN_AXIS)
-    mlp_output = hax.unflatten_axis(
-        layer.mlp(h_flat, key=None), TOKEN_AXIS, (x.resolve_axis(BATCH_AXIS), x.resolve_axis(POS_AXIS))
-    )
+    return x + attn_output
+
+
+def mlp_residual(layer, x: hax.NamedArray) -> hax.NamedArray:
+    """x + the layer's MLP of its post-attention norm, applied to every token axis flattened into one."""
+    token_axes = tuple(a for a in x.axes if a.name in (BATCH_AXIS, GENERATION_AXIS, POS_AXIS))
+    h_flat = hax.flatten_axes(layer.post_attention_layernorm(x), tuple(a.name for a in token_axes), TOKEN_AXIS)
+    mlp_output = hax.unflatten_axis(layer.mlp(h_flat, key=None), TOKEN_AXIS, token_axes)
     if layer.post_mlp_layernorm is not None:
         mlp_output = layer.post_mlp_layernorm(mlp_output)
     return x + mlp_output
@@ -93,6 +104,69 @@ def unrolled_activations(model: LmHeadModel, ids: hax.NamedArray) -> hax.NamedAr
     for layer in unstacked_layers(model.transformer.layers):
         x = unrolled_layer(layer, x)
     return model.transformer.norm(x)
+
+
+def attend(attn, q: hax.NamedArray, k: hax.NamedArray, v: hax.NamedArray, mask: AttentionMask) -> hax.NamedArray:
+    """Levanter Attention.__call__ after its q/k/v projections: keys and values come with KEY_POS_AXIS already, so
+    a query may attend to keys computed elsewhere (a shared prompt's)."""
+    q = q.rearrange((..., "kv_head", "q_heads_per_group", POS_AXIS, "head_size"))
+    k = k.rearrange((..., "kv_head", KEY_POS_AXIS, "head_size"))
+    v = v.rearrange((..., "kv_head", KEY_POS_AXIS, "head_size"))
+    c = attn.config
+    out = dot_product_attention(
+        POS_AXIS, KEY_POS_AXIS, "head_size", q, k, v, mask,
+        attention_dtype=jnp.float32 if c.upcast_attn else q.dtype, attn_backend=c.attn_backend,
+        flash_block_size=c.flash_attention_block_size, scaling_factor=c.scaling_factor,
+        logits_soft_cap=c.logits_soft_cap, inference=True, prng=None,
+    )
+    out = out.flatten_axes(("kv_head", "q_heads_per_group"), "heads").astype(q.dtype)
+    return attn.o_proj(out, key=None)
+
+
+def shared_prompt_layer(
+    layer, x_P: hax.NamedArray, x_R: hax.NamedArray, response_pos: hax.NamedArray, response_mask: AttentionMask
+) -> tuple[hax.NamedArray, hax.NamedArray]:
+    """One Llama layer over prompts [batch, position] and their responses [batch, generation, position]: prompts
+    attend causally to themselves; responses to their prompt's keys and their own earlier tokens."""
+    attn = layer.self_attn
+    q_P, k_P, v_P = attn._compute_qkv(layer.input_layernorm(x_P), key=None)
+    q_R, k_R, v_R = attn._compute_qkv(layer.input_layernorm(x_R), key=None, pos_ids=response_pos)
+    k_P, v_P, k_R, v_R = (a.rename({POS_AXIS: KEY_POS_AXIS}) for a in (k_P, v_P, k_R, v_R))
+    out_P = attend(attn, q_P, k_P, v_P, AttentionMask.causal())
+    generations = x_R.resolve_axis(GENERATION_AXIS)
+    keys, values = (
+        hax.concatenate(KEY_POS_AXIS, [hax.broadcast_axis(prompt, generations).rearrange(own.axes), own])
+        for prompt, own in ((k_P, k_R), (v_P, v_R))
+    )
+    out_R = attend(attn, q_R, keys, values, response_mask)
+    x_P = mlp_residual(layer, attention_residual(layer, x_P, out_P))
+    x_R = mlp_residual(layer, attention_residual(layer, x_R, out_R))
+    return x_P, x_R
+
+
+def shared_prompt_hidden(model: LmHeadModel, rows: SharedPromptRows) -> jax.Array:
+    """Final hidden states f32/bf16[G*P + G*N*T, E] of the shared-prompt layout (training/shared_prompts.py), in
+    its flat token order: the Llama layers of `unrolled_activations`, each prompt computed once."""
+    G, P = rows.prompts_GP.shape
+    _, N, T = rows.responses_GNT.shape
+    prompt_ids = hax.named(rows.prompts_GP.astype(jnp.int32), (BATCH_AXIS, POS_AXIS))
+    response_ids = hax.named(rows.responses_GNT.astype(jnp.int32), (BATCH_AXIS, GENERATION_AXIS, POS_AXIS))
+    lens_G = rows.prompt_lens_G.astype(jnp.int32)
+    positions_GT = lens_G[:, None] + jnp.arange(T, dtype=jnp.int32)  # a response continues its prompt
+    response_pos = hax.named(positions_GT, (BATCH_AXIS, POS_AXIS))
+    sees_prompt_GTP = jnp.broadcast_to(jnp.arange(P) < lens_G[:, None, None], (G, T, P))  # its real tokens
+    sees_own_GTT = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (G, T, T))  # causal
+    response_mask = AttentionMask(explicit_mask=hax.named(
+        jnp.concatenate([sees_prompt_GTP, sees_own_GTT], axis=-1), (BATCH_AXIS, POS_AXIS, KEY_POS_AXIS)
+    ))
+    x_P = model.embeddings.embed(prompt_ids)
+    x_R = model.embeddings.embed(response_ids)
+    for layer in unstacked_layers(model.transformer.layers):
+        x_P, x_R = shared_prompt_layer(layer, x_P, x_R, response_pos, response_mask)
+    E = model.Embed.name
+    h_P = model.transformer.norm(x_P).rearrange((BATCH_AXIS, POS_AXIS, E)).array
+    h_R = model.transformer.norm(x_R).rearrange((BATCH_AXIS, GENERATION_AXIS, POS_AXIS, E)).array
+    return jnp.concatenate([h_P.reshape(G * P, -1), h_R.reshape(G * N * T, -1)])
 
 
 def hidden_states(model: LmHeadModel, tokens: jax.Array, unroll_layers: bool = False) -> jax.Array:
@@ -175,16 +249,23 @@ def token_stats(
     temperature: float = 1.0,
     vocab_chunk: int | None = None,
     unroll_layers: bool = False,
+    shared: SharedPromptRows | None = None,
 ) -> TokenStats:
-    """Per-token log-probs and predictive entropies f32[B, S] of right-padded tokens (see module docstring)."""
+    """Per-token log-probs and predictive entropies f32[B, S] of right-padded tokens (see module docstring); with
+    `shared` (the same rows in the shared-prompt layout) the forward pass runs over that layout instead."""
     if temperature <= 0:
         raise ValueError(
             f"temperature={temperature} must be > 0 for log-probabilities (greedy has no density)"
         )
-    h = hidden_states(model, tokens, unroll_layers)
+    if shared is None:
+        # position t-1 predicts token t: drop the last hidden state, drop the first target
+        h_pred = hidden_states(model, tokens, unroll_layers)[:, :-1]
+    elif unroll_layers and unrollable(model):  # the same hidden states, each prompt computed once
+        h_pred = shared_prompt_hidden(model, shared)[shared.source_BL[:, 1:]]
+    else:
+        raise ValueError("shared-prompt rows run the unrolled Llama layers: they need hardware.trainer_unroll_layers")
     w = lm_head_matrix(model)
-    # position t-1 predicts token t: drop the last hidden state, drop the first target
-    stats = _streaming_stats(h[:, :-1], w, tokens[:, 1:].astype(jnp.int32), temperature, vocab_chunk)
+    stats = _streaming_stats(h_pred, w, tokens[:, 1:].astype(jnp.int32), temperature, vocab_chunk)
     zero = jnp.zeros((tokens.shape[0], 1), jnp.float32)
     return TokenStats(
         jnp.concatenate([zero, stats.logp], axis=1), jnp.concatenate([zero, stats.entropy], axis=1)

@@ -34,6 +34,12 @@ from marin_rl.training import mesh as meshes
 from marin_rl.training.batch import length_bucket, pack_rollouts
 from marin_rl.training.logprobs import token_stats
 from marin_rl.training.multihost import global_array
+from marin_rl.training.shared_prompts import (
+    MIN_PART_BUCKET,
+    SharedPromptRows,
+    row_members,
+    shared_prompt_rows,
+)
 
 
 class TrainBatch(eqx.Module):
@@ -46,6 +52,8 @@ class TrainBatch(eqx.Module):
         jax.Array
     )  # f32[B, S]: sampler's log p(tokens[:, t] | tokens[:, :t]) at the sampling temperature
     ref_logp: jax.Array | None = None  # f32[B, S]: reference-policy log-probs (KL term), optional
+    # the rows the forward pass runs over when hardware.trainer_shared_prompts (training/shared_prompts.py)
+    shared: SharedPromptRows | None = None
 
 
 class TrainerState(eqx.Module):
@@ -129,11 +137,15 @@ def trainable(model: Any) -> Any:
 
 def step_batch(
     rollouts: list[Rollout], advantages_B: np.ndarray, train: TrainConfig, max_seq_len: int, pad_id: int,
-    filter_truncated: bool,
+    filter_truncated: bool, shared_prompts: bool = False, min_shared_rows: int = 1,
 ) -> tuple[TrainBatch, dict[str, int]]:
     """The arrays of one optimizer step: rows packed at the length bucket of the longest row
     (train.length_buckets_per_octave), padded to [train.batch_size, bucket]; and their shape and loss tokens as
-    metrics (counted on the host arrays, not read back from the device)."""
+    metrics (counted on the host arrays, not read back from the device).
+
+    With `shared_prompts` (hardware.trainer_shared_prompts) the forward pass runs over the shared-prompt layout:
+    prompt and response lengths bucketed the same way (from MIN_PART_BUCKET), responses per prompt and prompts (at least
+    `min_shared_rows`, the step's prompts: a steady count keeps one compiled shape) on the per-octave series from 1."""
     longest = max(len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts)
     seq_len = length_bucket(longest, max_seq_len, per_octave=train.length_buckets_per_octave)
     packed = pack_rollouts(rollouts, advantages_B, seq_len, pad_id, filter_truncated)
@@ -141,9 +153,27 @@ def step_batch(
         TrainBatch(packed.tokens_BS, packed.loss_mask_BS, packed.advantages_B, packed.sampler_logp_BS),
         train.batch_size, seq_len, pad_id,
     )
+    run_tokens, run_len = batch.tokens.size, seq_len  # through the layers; a response's row length
+    if shared_prompts:
+        prompts = [r.prompt_tokens for r in rollouts]
+        responses = [r.response_tokens for r in rollouts]
+        members_G = row_members(prompts)
+        per_octave = train.length_buckets_per_octave
+        G, N, P, T = (
+            length_bucket(max(len(members_G), min_shared_rows), train.batch_size, 1, per_octave),
+            length_bucket(max(map(len, members_G)), train.batch_size, 1, per_octave),
+            length_bucket(max(map(len, prompts)), max_seq_len, MIN_PART_BUCKET, per_octave),
+            length_bucket(max(map(len, responses)), max_seq_len, MIN_PART_BUCKET, per_octave),
+        )
+        rows = shared_prompt_rows(prompts, responses, members_G, batch.tokens.shape, (G, N, P, T), pad_id)
+        batch = TrainBatch(
+            batch.tokens, batch.loss_mask, batch.advantages, batch.sampler_logp, shared=jax.tree.map(jnp.asarray, rows)
+        )
+        run_tokens, run_len = G * P + G * N * T, P + T
     return batch, {
         "train/longest_len": longest,  # prompt + response tokens of the longest row
-        "train/padded_len": seq_len,  # the length the step ran at
+        "train/padded_len": run_len,  # a response's padded prompt + response length in the forward pass
+        "train/padded_tokens": run_tokens,  # tokens through the layers, padding included
         "throughput/trained_tokens": float(packed.loss_mask_BS.sum()),
     }
 
@@ -155,6 +185,8 @@ def pad_train_batch(batch: TrainBatch, batch_size: int, seq_len: int, pad_id: in
         raise ValueError(
             f"batch of shape [{B}, {S}] does not fit the fixed trainer shape [{batch_size}, {seq_len}]"
         )
+    if batch.shared is not None and (B, S) != (batch_size, seq_len):
+        raise ValueError("shared-prompt rows index the padded batch: build them after pad_train_batch")
 
     def pad(x, value, dtype):
         if x is None:
@@ -169,6 +201,7 @@ def pad_train_batch(batch: TrainBatch, batch_size: int, seq_len: int, pad_id: in
         advantages=pad(batch.advantages, 0.0, np.float32),
         sampler_logp=pad(batch.sampler_logp, 0.0, np.float32),
         ref_logp=pad(batch.ref_logp, 0.0, np.float32),
+        shared=batch.shared,
     )
 
 
@@ -272,7 +305,9 @@ class Trainer:
     def _micro_loss(self, params, static, micro: TrainBatch, normalizer, ref_model):
         cfg = self.loss_cfg
         model = cast_floating(eqx.combine(params, static), self.compute_dtype)
-        stats = token_stats(model, micro.tokens, self.temperature, self.vocab_chunk, self.unroll_layers)
+        stats = token_stats(
+            model, micro.tokens, self.temperature, self.vocab_chunk, self.unroll_layers, micro.shared
+        )
         # One optimizer step per batch, so the pre-update trainer log-probs ARE this forward's values.
         old_logp = (
             micro.sampler_logp if cfg.ratio_baseline == "sampler" else jax.lax.stop_gradient(stats.logp)
@@ -280,7 +315,9 @@ class Trainer:
         ref_logp = micro.ref_logp
         if ref_logp is None and ref_model is not None:
             ref_logp = jax.lax.stop_gradient(
-                token_stats(ref_model, micro.tokens, self.temperature, self.vocab_chunk, self.unroll_layers).logp
+                token_stats(
+                    ref_model, micro.tokens, self.temperature, self.vocab_chunk, self.unroll_layers, micro.shared
+                ).logp
             )
         entropy = stats.entropy if cfg.entropy_coef != 0 else jax.lax.stop_gradient(stats.entropy)
         return policy_loss(
@@ -382,12 +419,44 @@ class Trainer:
                 raise ValueError(f"TrainBatch.{name} has shape {value.shape}, expected {(B, S)}")
         if batch.advantages.shape != (B,):
             raise ValueError(f"TrainBatch.advantages has shape {batch.advantages.shape}, expected {(B,)}")
+        if batch.shared is not None:
+            self._check_shared(batch.shared, (B, S))
         if not jnp.issubdtype(batch.tokens.dtype, jnp.integer):
             raise ValueError(f"TrainBatch.tokens must be integers, got {batch.tokens.dtype}")
         if self.loss_cfg.kl.coef > 0 and batch.ref_logp is None and self.reference_model is None:
             raise ValueError(
                 f"loss.kl.coef={self.loss_cfg.kl.coef} > 0 needs TrainBatch.ref_logp or a reference_model"
             )
+
+    def _check_shared(self, shared: SharedPromptRows, batch_shape: tuple[int, int]) -> None:
+        if self.batch_size // self.micro_batch_size > 1:
+            raise ValueError(
+                f"shared-prompt rows (hardware.trainer_shared_prompts) run the whole batch in one pass; "
+                f"train.micro_batch_size={self.micro_batch_size} splits it; allowed: one of the two"
+            )
+        G, P = np.shape(shared.prompts_GP)
+        if np.shape(shared.prompt_lens_G) != (G,) or np.shape(shared.responses_GNT)[0] != G:
+            raise ValueError(
+                f"SharedPromptRows: prompt_lens_G {np.shape(shared.prompt_lens_G)} and responses_GNT "
+                f"{np.shape(shared.responses_GNT)} must have the {G} prompts of prompts_GP"
+            )
+        if np.shape(shared.source_BL) != batch_shape:
+            raise ValueError(f"SharedPromptRows.source_BL has shape {np.shape(shared.source_BL)}, expected {batch_shape}")
+
+    def _shared_on_mesh(self, shared: SharedPromptRows | None) -> SharedPromptRows | None:
+        """int32 arrays, prompts padded to a multiple of data x fsdp so every device takes whole groups."""
+        if shared is None:
+            return None
+        G, P = np.shape(shared.prompts_GP)
+        extra = -G % meshes.batch_split(self.mesh)
+
+        def grow(x):  # padding groups: no prompt tokens, never read
+            x = jnp.asarray(x, jnp.int32)
+            return jnp.pad(x, ((0, extra),) + ((0, 0),) * (x.ndim - 1))
+
+        source = jnp.asarray(shared.source_BL, jnp.int32)
+        source = jnp.where(source >= G * P, source + extra * P, source)  # the responses come after more prompts
+        return SharedPromptRows(grow(shared.prompts_GP), grow(shared.prompt_lens_G), grow(shared.responses_GNT), source)
 
     def _prepare(self, batch: TrainBatch) -> tuple[TrainBatch, Any]:
         self.check_batch(batch)
@@ -397,6 +466,7 @@ class Trainer:
             advantages=jnp.asarray(batch.advantages, jnp.float32),
             sampler_logp=jnp.asarray(batch.sampler_logp, jnp.float32),
             ref_logp=None if batch.ref_logp is None else jnp.asarray(batch.ref_logp, jnp.float32),
+            shared=self._shared_on_mesh(batch.shared),
         )
         ref_model = self.reference_model if (self.loss_cfg.kl.coef > 0 and batch.ref_logp is None) else None
         return self.place_batch(batch), ref_model

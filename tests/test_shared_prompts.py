@@ -1,0 +1,107 @@
+"""hardware.trainer_shared_prompts: each prompt runs through the trainer's layers once for all its responses, and
+the log-probs, entropies, gradients and loss metrics equal the one-row-per-response forward's."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from spec_helpers import compose_spec
+from tiny_policy import BATCH, HARDWARE, MODEL, OPTIMIZER, TEMPERATURE, tiny_model
+
+from marin_rl.config.spec import SpecError, TrainConfig
+from marin_rl.objectives import LossConfig
+from marin_rl.rollouts import Rollout
+from marin_rl.training.logprobs import token_stats
+from marin_rl.training.shared_prompts import row_members
+from marin_rl.training.trainer import Trainer, step_batch
+
+TRAIN = TrainConfig(batch_size=BATCH, steps=10)
+
+
+def rollouts(seed: int, groups: int = 2, per_group: int = 3) -> list[Rollout]:
+    """`groups` prompts (5-9 tokens) with `per_group` responses of 1-12 tokens each, rewards alternating."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in range(groups):
+        prompt = rng.integers(3, 90, rng.integers(5, 10)).astype(np.int32)
+        for k in range(per_group):
+            n = int(rng.integers(1, 13))
+            out.append(Rollout(
+                problem_id=f"p{g}", env="test", prompt_tokens=prompt,
+                response_tokens=rng.integers(3, 90, n).astype(np.int32),
+                sampler_logp=np.full(n, -np.log(100.0), np.float32), versions=np.zeros(n, np.int32),
+                reward=float(k % 2), correct=bool(k % 2), format_ok=True, truncated=False,
+            ))
+    return out
+
+
+def batches(seed: int, **kw):
+    rs = rollouts(seed, **kw)
+    advantages = np.where(np.arange(len(rs)) % 2, 1.0, -1.0).astype(np.float32)
+    plain, _ = step_batch(rs, advantages, TRAIN, MODEL.max_seq_len, 0, False)
+    shared, metrics = step_batch(rs, advantages, TRAIN, MODEL.max_seq_len, 0, False, True, 2)
+    return rs, plain, shared, metrics
+
+
+def test_each_prompt_is_laid_out_once_with_its_responses():
+    rs, plain, shared, metrics = batches(seed=0)
+    rows = shared.shared
+    assert row_members([r.prompt_tokens for r in rs]) == [[0, 1, 2], [3, 4, 5]]
+    G, P = rows.prompts_GP.shape
+    _, N, T = rows.responses_GNT.shape
+    assert (G, N) == (2, 3)
+    for g in range(2):
+        p = len(rs[3 * g].prompt_tokens)
+        assert int(rows.prompt_lens_G[g]) == p
+        assert list(np.asarray(rows.prompts_GP[g, :p])) == list(rs[3 * g].prompt_tokens)
+        for k in range(3):
+            r = rs[3 * g + k].response_tokens
+            assert list(np.asarray(rows.responses_GNT[g, k, : len(r)])) == list(r)
+    # response 4's tokens are predicted by: its prompt's tokens, the prompt's last one, then its own
+    b, p, n = 4, len(rs[4].prompt_tokens), len(rs[4].response_tokens)
+    source = np.asarray(rows.source_BL[b])
+    assert list(source[1 : p + 1]) == [P + t for t in range(p)]
+    assert list(source[p + 1 : p + n]) == [G * P + (1 * N + 1) * T + i for i in range(n - 1)]
+    # fewer tokens through the layers than one row per response
+    assert metrics["train/padded_tokens"] == G * P + G * N * T < plain.tokens.size
+
+
+@pytest.mark.parametrize("unroll", [False, True])
+def test_log_probs_and_entropies_equal_one_row_per_response(unroll):
+    """Both reference forwards (the layer scan and the unrolled layers) against the shared-prompt layout."""
+    model, _, _ = tiny_model()
+    rs, plain, shared, _ = batches(seed=1)
+    real = np.zeros(plain.tokens.shape, bool)
+    for b, r in enumerate(rs):
+        real[b, 1 : len(r.prompt_tokens) + len(r.response_tokens)] = True
+    want = token_stats(model, plain.tokens, TEMPERATURE, None, unroll)
+    got = token_stats(model, shared.tokens, TEMPERATURE, None, True, shared.shared)
+    np.testing.assert_allclose(np.asarray(got.logp)[real], np.asarray(want.logp)[real], atol=2e-5)
+    np.testing.assert_allclose(np.asarray(got.entropy)[real], np.asarray(want.entropy)[real], atol=2e-5)
+
+
+def test_gradients_and_loss_metrics_equal_one_row_per_response():
+    model, _, _ = tiny_model()
+    hardware = HARDWARE.model_copy(update={"trainer_unroll_layers": True})
+    trainer = Trainer(MODEL, OPTIMIZER, LossConfig(name="test"), TRAIN, hardware, TEMPERATURE)
+    _, plain, shared, _ = batches(seed=2, groups=3, per_group=2)  # 3 prompts: not a multiple of anything
+    want_grads, want_metrics = trainer.grads(model, plain)
+    grads, metrics = trainer.grads(model, shared)
+    for a, b in zip(jax.tree.leaves(want_grads), jax.tree.leaves(grads), strict=True):
+        # a prompt's gradient is one sum over its responses instead of one per row: float32 reassociation
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=2e-5 * float(jnp.abs(a).max() + 1e-12))
+    for key in want_metrics:
+        np.testing.assert_allclose(metrics[key], want_metrics[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_shared_prompts_with_micro_batches_without_unrolled_layers_or_on_tpu_fail_validation():
+    base = ["hardware=cpu", "train.batch_size=8", "rollout.n_generations=4", "hardware.trainer_shared_prompts=true"]
+    with pytest.raises(SpecError, match=r"trainer_shared_prompts=true.*train\.micro_batch_size=4"):
+        compose_spec([*base, "train.micro_batch_size=4"])
+    with pytest.raises(SpecError, match="allowed on hardware.accelerator=tpu: false"):
+        compose_spec([*base, "hardware.accelerator=tpu"])
+    with pytest.raises(SpecError, match="trainer_unroll_layers=true, or trainer_shared_prompts=false"):
+        compose_spec([*base, "hardware.trainer_unroll_layers=false"])
+    assert compose_spec([*base, "train.micro_batch_size=8"]).hardware.trainer_shared_prompts  # one micro-batch
