@@ -1,6 +1,6 @@
 """Multi-device trainer checks, run in a subprocess with 8 simulated CPU devices (see tests/test_mesh.py).
 
-Usage: XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/mesh_script.py equal_loss,bytes,reshard DIR
+Usage: XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/mesh_script.py equal_loss,bytes,reshard,shared_prompts DIR
 Prints one JSON line of results; the pytest side asserts on it.
 """
 
@@ -12,7 +12,15 @@ import sys
 
 import jax
 import numpy as np
-from tiny_policy import BATCH, MODEL, OPTIMIZER, TEMPERATURE, arithmetic_batch, tiny_model
+from tiny_policy import (
+    BATCH,
+    MODEL,
+    OPTIMIZER,
+    TEMPERATURE,
+    arithmetic_batch,
+    shared_prompt_batches,
+    tiny_model,
+)
 
 from marin_rl.config.spec import HardwareConfig, MeshConfig, TrainConfig
 from marin_rl.models.hf_io import export_hf, import_hf
@@ -22,15 +30,17 @@ from marin_rl.training.mesh import device_bytes, mesh_sizes
 from marin_rl.training.trainer import Trainer
 
 
-def trainer_on(mesh: dict, micro_batch_size: int | None = None) -> Trainer:
+def trainer_on(mesh: dict, micro_batch_size: int | None = None, unroll: bool = False) -> Trainer:
     """The tiny trainer of tiny_policy.py on hardware.trainer_mesh=mesh (the first prod(sizes) devices); one per
-    (mesh, micro-batch) so the checks share compiled steps."""
-    return _trainer(tuple(sorted(mesh.items())), micro_batch_size)
+    (mesh, micro-batch, unrolled layers) so the checks share compiled steps."""
+    return _trainer(tuple(sorted(mesh.items())), micro_batch_size, unroll)
 
 
 @functools.cache
-def _trainer(mesh: tuple, micro_batch_size: int | None) -> Trainer:
-    hardware = HardwareConfig(name="cpu", accelerator="cpu", trainer_mesh=MeshConfig(**dict(mesh)))
+def _trainer(mesh: tuple, micro_batch_size: int | None, unroll: bool) -> Trainer:
+    hardware = HardwareConfig(
+        name="cpu", accelerator="cpu", trainer_mesh=MeshConfig(**dict(mesh)), trainer_unroll_layers=unroll
+    )
     train = TrainConfig(batch_size=BATCH, micro_batch_size=micro_batch_size, steps=10)
     return Trainer(MODEL, OPTIMIZER, LossConfig(name="test"), train, hardware, TEMPERATURE)
 
@@ -61,6 +71,26 @@ def equal_loss(_dir: str) -> dict:
     results["param_max_abs_diff"] = max_abs_diff(states["single"].model, states["mesh"].model)
     results["opt_max_abs_diff"] = max_abs_diff(states["single"].opt_state, states["mesh"].opt_state)
     return results
+
+
+def shared_prompts(_dir: str) -> dict:
+    """One step on shared-prompt batches (3 prompts: the 2x2 batch split pads them to 4) on one device and on a
+    2x2x2 mesh, against one row per response on one device."""
+    model, _, _ = tiny_model()
+    _, plain, shared, _ = shared_prompt_batches(seed=4, groups=3, per_group=2)
+    steps = {}
+    for name, mesh, batch in (
+        ("plain", {"data": 1, "fsdp": 1, "model": 1}, plain),
+        ("single", {"data": 1, "fsdp": 1, "model": 1}, shared),
+        ("mesh", {"data": 2, "fsdp": 2, "model": 2}, shared),
+    ):
+        trainer = trainer_on(mesh, unroll=True)
+        steps[name] = trainer.train_step(trainer.init_state(model, jax.random.PRNGKey(3)), batch)
+    return {
+        "losses": {name: metrics["loss/total"] for name, (_, metrics) in steps.items()},
+        "param_max_abs_diff_single": max_abs_diff(steps["plain"][0].model, steps["single"][0].model),
+        "param_max_abs_diff_mesh": max_abs_diff(steps["plain"][0].model, steps["mesh"][0].model),
+    }
 
 
 def is_norm_path(path) -> bool:
@@ -125,5 +155,5 @@ def reshard(tmp: str) -> dict:
 if __name__ == "__main__":
     assert len(jax.devices()) == 8, jax.devices()
     modes, folder = sys.argv[1].split(","), sys.argv[2]
-    fns = {"equal_loss": equal_loss, "bytes": bytes_figures, "reshard": reshard}
+    fns = {"equal_loss": equal_loss, "bytes": bytes_figures, "reshard": reshard, "shared_prompts": shared_prompts}
     print("RESULT " + json.dumps({mode: fns[mode](f"{folder}/{mode}") for mode in modes}))

@@ -27,7 +27,7 @@ def mesh_results(tmp_path_factory) -> dict:
         "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")]),
     }
     out = subprocess.run(
-        [sys.executable, str(TESTS / "mesh_script.py"), "equal_loss,bytes,reshard", str(tmp_path_factory.mktemp("mesh"))],
+        [sys.executable, str(TESTS / "mesh_script.py"), "equal_loss,bytes,reshard,shared_prompts", str(tmp_path_factory.mktemp("mesh"))],
         env=env, capture_output=True, text=True, timeout=300,
     )
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
@@ -43,6 +43,15 @@ def test_step_on_2x2x2_mesh_equals_one_device(mesh_results):
         assert abs(single - sharded) <= 1e-5
     assert r["param_max_abs_diff"] <= 1e-5  # after two AdamW steps with 2 micro-batches each
     assert r["opt_max_abs_diff"] <= 1e-5
+
+
+def test_shared_prompt_step_on_2x2x2_mesh_equals_one_row_per_response(mesh_results):
+    r = mesh_results["shared_prompts"]
+    losses = r["losses"]
+    assert losses["single"] == pytest.approx(losses["plain"], rel=1e-5, abs=1e-6)
+    assert losses["mesh"] == pytest.approx(losses["plain"], rel=1e-5, abs=1e-6)
+    # one AdamW step of lr 3e-3 moves a weight by up to ~3e-3: the layouts agree to float rounding
+    assert r["param_max_abs_diff_single"] < 1e-5 and r["param_max_abs_diff_mesh"] < 1e-5, r
 
 
 def test_parameters_and_optimizer_state_split_four_ways(mesh_results):

@@ -8,45 +8,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from spec_helpers import compose_spec
-from tiny_policy import BATCH, HARDWARE, MODEL, OPTIMIZER, TEMPERATURE, tiny_model
+from tiny_policy import HARDWARE, MODEL, OPTIMIZER, TEMPERATURE, TRAIN, shared_prompt_batches, tiny_model
 
-from marin_rl.config.spec import SpecError, TrainConfig
+from marin_rl.config.spec import SpecError
 from marin_rl.objectives import LossConfig
-from marin_rl.rollouts import Rollout
 from marin_rl.training.logprobs import token_stats
 from marin_rl.training.shared_prompts import row_members
-from marin_rl.training.trainer import Trainer, step_batch
-
-TRAIN = TrainConfig(batch_size=BATCH, steps=10)
-
-
-def rollouts(seed: int, groups: int = 2, per_group: int = 3) -> list[Rollout]:
-    """`groups` prompts (5-9 tokens) with `per_group` responses of 1-12 tokens each, rewards alternating."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for g in range(groups):
-        prompt = rng.integers(3, 90, rng.integers(5, 10)).astype(np.int32)
-        for k in range(per_group):
-            n = int(rng.integers(1, 13))
-            out.append(Rollout(
-                problem_id=f"p{g}", env="test", prompt_tokens=prompt,
-                response_tokens=rng.integers(3, 90, n).astype(np.int32),
-                sampler_logp=np.full(n, -np.log(100.0), np.float32), versions=np.zeros(n, np.int32),
-                reward=float(k % 2), correct=bool(k % 2), format_ok=True, truncated=False,
-            ))
-    return out
-
-
-def batches(seed: int, **kw):
-    rs = rollouts(seed, **kw)
-    advantages = np.where(np.arange(len(rs)) % 2, 1.0, -1.0).astype(np.float32)
-    plain, _ = step_batch(rs, advantages, TRAIN, MODEL.max_seq_len, 0, False)
-    shared, metrics = step_batch(rs, advantages, TRAIN, MODEL.max_seq_len, 0, False, True, 2)
-    return rs, plain, shared, metrics
+from marin_rl.training.trainer import Trainer
 
 
 def test_each_prompt_is_laid_out_once_with_its_responses():
-    rs, plain, shared, metrics = batches(seed=0)
+    rs, plain, shared, metrics = shared_prompt_batches(seed=0)
     rows = shared.shared
     assert row_members([r.prompt_tokens for r in rs]) == [[0, 1, 2], [3, 4, 5]]
     G, P = rows.prompts_GP.shape
@@ -72,7 +44,7 @@ def test_each_prompt_is_laid_out_once_with_its_responses():
 def test_log_probs_and_entropies_equal_one_row_per_response(unroll):
     """Both reference forwards (the layer scan and the unrolled layers) against the shared-prompt layout."""
     model, _, _ = tiny_model()
-    rs, plain, shared, _ = batches(seed=1)
+    rs, plain, shared, _ = shared_prompt_batches(seed=1)
     real = np.zeros(plain.tokens.shape, bool)
     for b, r in enumerate(rs):
         real[b, 1 : len(r.prompt_tokens) + len(r.response_tokens)] = True
@@ -86,7 +58,7 @@ def test_gradients_and_loss_metrics_equal_one_row_per_response():
     model, _, _ = tiny_model()
     hardware = HARDWARE.model_copy(update={"trainer_unroll_layers": True})
     trainer = Trainer(MODEL, OPTIMIZER, LossConfig(name="test"), TRAIN, hardware, TEMPERATURE)
-    _, plain, shared, _ = batches(seed=2, groups=3, per_group=2)  # 3 prompts: not a multiple of anything
+    _, plain, shared, _ = shared_prompt_batches(seed=2, groups=3, per_group=2)  # 3 prompts: not a multiple of anything
     want_grads, want_metrics = trainer.grads(model, plain)
     grads, metrics = trainer.grads(model, shared)
     for a, b in zip(jax.tree.leaves(want_grads), jax.tree.leaves(grads), strict=True):

@@ -16,7 +16,8 @@ import numpy as np
 from marin_rl.config.spec import HardwareConfig, ModelConfig, OptimizerConfig, TrainConfig
 from marin_rl.models.policy import build_policy
 from marin_rl.objectives import LossConfig
-from marin_rl.training.trainer import TrainBatch, Trainer
+from marin_rl.rollouts import Rollout
+from marin_rl.training.trainer import TrainBatch, Trainer, step_batch
 
 MODEL = ModelConfig(
     name="tiny-test", kind="tiny", max_seq_len=64, hidden_dim=32, intermediate_dim=64, num_layers=2
@@ -84,3 +85,32 @@ def arithmetic_batch(tokenizer, seed: int, sampler_logp=None) -> TrainBatch:
     return TrainBatch(
         jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(advantages), jnp.asarray(sampler_logp)
     )
+
+
+TRAIN = TrainConfig(batch_size=BATCH, steps=10)
+
+
+def grpo_rollouts(seed: int, groups: int = 2, per_group: int = 3) -> list[Rollout]:
+    """`groups` prompts (5-9 tokens) with `per_group` responses of 1-12 tokens each, rewards alternating."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in range(groups):
+        prompt = rng.integers(3, 90, rng.integers(5, 10)).astype(np.int32)
+        for k in range(per_group):
+            n = int(rng.integers(1, 13))
+            out.append(Rollout(
+                problem_id=f"p{g}", env="test", prompt_tokens=prompt,
+                response_tokens=rng.integers(3, 90, n).astype(np.int32),
+                sampler_logp=np.full(n, -np.log(100.0), np.float32), versions=np.zeros(n, np.int32),
+                reward=float(k % 2), correct=bool(k % 2), format_ok=True, truncated=False,
+            ))
+    return out
+
+
+def shared_prompt_batches(seed: int, **kw):
+    """(rollouts, their step arrays as one row per response, the same with the shared-prompt layout, its metrics)."""
+    rs = grpo_rollouts(seed, **kw)
+    advantages = np.where(np.arange(len(rs)) % 2, 1.0, -1.0).astype(np.float32)
+    plain, _ = step_batch(rs, advantages, TRAIN, MODEL.max_seq_len, 0, False)
+    shared, metrics = step_batch(rs, advantages, TRAIN, MODEL.max_seq_len, 0, False, True, 2)
+    return rs, plain, shared, metrics
