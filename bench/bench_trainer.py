@@ -132,7 +132,7 @@ def make_groups_batch(
     rollouts = prepared.rollouts
     batch, _ = step_batch(
         rollouts, prepared.advantages_B, train, max_seq_len, tokenizer.pad_token_id, loss_cfg.overlong.filter_truncated,
-        shared_prompts, preset["prompts"],
+        shared_prompts, preset["generations"],
     )
     return batch, sum(len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts)
 

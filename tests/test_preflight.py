@@ -57,6 +57,23 @@ def test_actors_that_cannot_fit_the_local_ray_fail_before_it_starts(tmp_path, mo
     preflight(fits, tmp_path / "run")
 
 
+@pytest.mark.parametrize("config_class, refused", [("Qwen2Config", True), ("LlamaConfig", False)])
+def test_shared_prompts_on_a_model_that_is_not_a_llama_fail_before_ray(tmp_path, config_class, refused):
+    """Shared prompts run the unrolled Llama layers; the HF folder's architecture is read before any actor starts."""
+    import transformers
+
+    getattr(transformers, config_class)(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                        num_attention_heads=4, num_key_value_heads=4, vocab_size=100).save_pretrained(tmp_path / "hf")
+    spec = compose_spec(["model.kind=hf", f"model.hf_path={tmp_path / 'hf'}", "ray.num_cpus=2"])
+    if refused:
+        with pytest.raises(PreflightError, match="'qwen2' model; allowed: hardware.trainer_shared_prompts=false"):
+            preflight(spec, tmp_path / "run")
+    else:
+        preflight(spec, tmp_path / "run")
+    preflight(compose_spec(["model.kind=hf", f"model.hf_path={tmp_path / 'hf'}", "ray.num_cpus=2",
+                            "hardware.trainer_shared_prompts=false"]), tmp_path / "run")
+
+
 def test_missing_resume_path_is_found_before_ray(tmp_path):
     with pytest.raises(PreflightError, match="no such run folder"):
         preflight(compose_spec([f"resume={tmp_path / 'nope'}"]), tmp_path / "run")

@@ -3,6 +3,8 @@ the log-probs, entropies, gradients and loss metrics equal the one-row-per-respo
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,7 +22,7 @@ from marin_rl.training.trainer import Trainer
 def test_each_prompt_is_laid_out_once_with_its_responses():
     rs, plain, shared, metrics = shared_prompt_batches(seed=0)
     rows = shared.shared
-    assert row_members([r.prompt_tokens for r in rs]) == [[0, 1, 2], [3, 4, 5]]
+    assert row_members([r.prompt_tokens for r in rs], 3) == [[0, 1, 2], [3, 4, 5]]
     G, P = rows.prompts_GP.shape
     _, N, T = rows.responses_GNT.shape
     assert (G, N) == (2, 3)
@@ -40,11 +42,27 @@ def test_each_prompt_is_laid_out_once_with_its_responses():
     assert metrics["train/padded_tokens"] == G * P + G * N * T < plain.tokens.size
 
 
-@pytest.mark.parametrize("unroll", [False, True])
-def test_log_probs_and_entropies_equal_one_row_per_response(unroll):
+def same_prompt_and_an_empty_response(rs):
+    """Group 1 asks group 0's prompt (one problem drawn twice in a step) and its first response is empty."""
+    rs = [dataclasses.replace(r, prompt_tokens=rs[0].prompt_tokens) if i >= 3 else r for i, r in enumerate(rs)]
+    empty = np.zeros(0, np.int32)
+    rs[3] = dataclasses.replace(rs[3], response_tokens=empty, sampler_logp=np.zeros(0, np.float32), versions=empty)
+    return rs
+
+
+def test_groups_of_one_prompt_stay_groups_of_n():
+    assert row_members([[1], [1], [1], [2], [1]], 2) == [[0, 1], [2, 4], [3]]
+    _, _, shared, _ = shared_prompt_batches(seed=0, edit=same_prompt_and_an_empty_response)
+    assert shared.shared.responses_GNT.shape[:2] == (2, 3)
+
+
+@pytest.mark.parametrize("unroll, edit", [
+    (False, None), (True, None), (True, same_prompt_and_an_empty_response),
+])
+def test_log_probs_and_entropies_equal_one_row_per_response(unroll, edit):
     """Both reference forwards (the layer scan and the unrolled layers) against the shared-prompt layout."""
     model, _, _ = tiny_model()
-    rs, plain, shared, _ = shared_prompt_batches(seed=1)
+    rs, plain, shared, _ = shared_prompt_batches(seed=1, edit=edit)
     real = np.zeros(plain.tokens.shape, bool)
     for b, r in enumerate(rs):
         real[b, 1 : len(r.prompt_tokens) + len(r.response_tokens)] = True
@@ -55,9 +73,11 @@ def test_log_probs_and_entropies_equal_one_row_per_response(unroll):
 
 
 def test_gradients_and_loss_metrics_equal_one_row_per_response():
+    """With a KL term to a reference model: its log-probs run through the shared-prompt layout as well."""
     model, _, _ = tiny_model()
     hardware = HARDWARE.model_copy(update={"trainer_unroll_layers": True})
-    trainer = Trainer(MODEL, OPTIMIZER, LossConfig(name="test"), TRAIN, hardware, TEMPERATURE)
+    loss = LossConfig(name="test", kl={"coef": 0.1})
+    trainer = Trainer(MODEL, OPTIMIZER, loss, TRAIN, hardware, TEMPERATURE, reference_model=perturbed(model))
     _, plain, shared, _ = shared_prompt_batches(seed=2, groups=3, per_group=2)  # 3 prompts: not a multiple of anything
     want_grads, want_metrics = trainer.grads(model, plain)
     grads, metrics = trainer.grads(model, shared)
@@ -66,6 +86,16 @@ def test_gradients_and_loss_metrics_equal_one_row_per_response():
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=2e-5 * float(jnp.abs(a).max() + 1e-12))
     for key in want_metrics:
         np.testing.assert_allclose(metrics[key], want_metrics[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def perturbed(model):
+    """A reference policy that differs from `model` (so the KL term is not zero)."""
+    leaves, tree = jax.tree.flatten(model)
+    keys = jax.random.split(jax.random.PRNGKey(7), len(leaves))
+    return jax.tree.unflatten(tree, [
+        x + 0.05 * jax.random.normal(k, x.shape, x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
+        for x, k in zip(leaves, keys)
+    ])
 
 
 def test_shared_prompts_with_micro_batches_without_unrolled_layers_or_on_tpu_fail_validation():

@@ -107,10 +107,12 @@ def grpo_rollouts(seed: int, groups: int = 2, per_group: int = 3) -> list[Rollou
     return out
 
 
-def shared_prompt_batches(seed: int, **kw):
-    """(rollouts, their step arrays as one row per response, the same with the shared-prompt layout, its metrics)."""
-    rs = grpo_rollouts(seed, **kw)
+def shared_prompt_batches(seed: int, groups: int = 2, per_group: int = 3, edit=None):
+    """(rollouts, their step arrays as one row per response, the same with the shared-prompt layout, its metrics);
+    `edit` may rewrite the rollouts first."""
+    rs = grpo_rollouts(seed, groups, per_group)
+    rs = edit(rs) if edit else rs
     advantages = np.where(np.arange(len(rs)) % 2, 1.0, -1.0).astype(np.float32)
     plain, _ = step_batch(rs, advantages, TRAIN, MODEL.max_seq_len, 0, False)
-    shared, metrics = step_batch(rs, advantages, TRAIN, MODEL.max_seq_len, 0, False, True, 2)
+    shared, metrics = step_batch(rs, advantages, TRAIN, MODEL.max_seq_len, 0, False, True, per_group)
     return rs, plain, shared, metrics

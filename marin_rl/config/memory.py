@@ -188,14 +188,16 @@ def memory_plan(
     accumulating = micro < train.batch_size
     rows = micro // (mesh["data"] * mesh["fsdp"])
     S = spec.model.max_seq_len
-    # shared-prompt rows (hardware.trainer_shared_prompts): no more tokens than one row per response, but a row (a
-    # prompt and its n responses) attends over up to n x max_seq_len keys
-    attended = S * spec.rollout.n_generations if hw.trainer_shared_prompts else S
+    # shared prompts (hardware.trainer_shared_prompts): each response's tokens plus one prompt per n responses, each
+    # padded up to S; a response attends over its prompt's keys and its own, up to 2 S
+    tokens, attended = rows * S, S
+    if hw.trainer_shared_prompts:
+        tokens, attended = tokens + -(-rows // spec.rollout.n_generations) * S, 2 * S
     trainer = {
         "parameters": params,
         "gradients": params * (2 if accumulating else 1),
         "optimizer": 2 * params,
-        "activations": activation_bytes(shape, rows * S, attended, mesh["model"], c, spec.model.logprob_vocab_chunk),
+        "activations": activation_bytes(shape, tokens, attended, mesh["model"], c, spec.model.logprob_vocab_chunk),
     }
     s = DTYPE_BYTES[hw.compute_dtype]
     key = "hardware.rollout_mesh"

@@ -186,6 +186,21 @@ def check_weight_slots(spec: RunSpec) -> None:
         )
 
 
+def check_shared_prompts_model(spec: RunSpec) -> None:
+    """hardware.trainer_shared_prompts runs Levanter's Llama layers one by one (training/logprobs.py unrollable):
+    an HF model of another architecture (Qwen2, ...) is refused here, not at the trainer's first step."""
+    if spec.mode != "rl" or not spec.hardware.trainer_shared_prompts or spec.model.kind != "hf":
+        return
+    from transformers import AutoConfig
+
+    model_type = AutoConfig.from_pretrained(spec.model.hf_path).model_type
+    if model_type != "llama":
+        raise PreflightError(
+            f"hardware.trainer_shared_prompts=true runs Llama layers; model.hf_path={spec.model.hf_path} is a "
+            f"{model_type!r} model; allowed: hardware.trainer_shared_prompts=false, or a Llama model"
+        )
+
+
 def check_local_cpus(spec: RunSpec) -> None:
     """The run's actors must fit the private local Ray it starts (no ray.address): no node can ever join that one,
     so a run asking for more CPUs than it gives Ray would wait for its placement group forever."""
@@ -212,6 +227,7 @@ def preflight(spec: RunSpec, run_dir: Path) -> None:
     """Every driver-side check of a run that is about to start (raises PreflightError)."""
     check_local_cpus(spec)
     check_inference_backend(spec)
+    check_shared_prompts_model(spec)
     check_weight_slots(spec)
     check_data(spec)
     check_init_checkpoint(spec)

@@ -335,7 +335,7 @@ class TrainerActor:
         s = self.spec
         batch, batch_metrics = step_batch(
             prepared.rollouts, prepared.advantages_B, s.train, s.model.max_seq_len, self.tokenizer.pad_token_id,
-            s.loss.overlong.filter_truncated, s.hardware.trainer_shared_prompts, self.groups_per_step,
+            s.loss.overlong.filter_truncated, s.hardware.trainer_shared_prompts, s.rollout.n_generations,
         )
         t_train = time.monotonic()
         followers = [f.follow_step.remote(host_batch(batch)) for f in self.followers]

@@ -263,7 +263,10 @@ def token_stats(
     elif unroll_layers and unrollable(model):  # the same hidden states, each prompt computed once
         h_pred = shared_prompt_hidden(model, shared)[shared.source_BL[:, 1:]]
     else:
-        raise ValueError("shared-prompt rows run the unrolled Llama layers: they need hardware.trainer_unroll_layers")
+        raise ValueError(
+            "shared-prompt rows run the unrolled Llama layers: hardware.trainer_shared_prompts needs "
+            "hardware.trainer_unroll_layers and a Levanter Llama model"
+        )
     w = lm_head_matrix(model)
     stats = _streaming_stats(h_pred, w, tokens[:, 1:].astype(jnp.int32), temperature, vocab_chunk)
     zero = jnp.zeros((tokens.shape[0], 1), jnp.float32)

@@ -36,12 +36,20 @@ class SharedPromptRows(eqx.Module):
     source_BL: Any  # int32[B, L]: flat index of the hidden state that predicts token [b, l] (0 where none does)
 
 
-def row_members(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
-    """Responses per distinct prompt, in order of first appearance (a group's n responses, or several groups')."""
-    members: dict[tuple[int, ...], list[int]] = {}
+def row_members(prompts: Sequence[Sequence[int]], max_responses: int) -> list[list[int]]:
+    """Responses per prompt group, in order of first appearance: responses with the same prompt tokens share a group
+    of at most `max_responses` (rollout.n_generations: two groups of one problem in a step stay two groups, so every
+    group's response slots stay n)."""
+    groups: list[list[int]] = []
+    open_group: dict[tuple[int, ...], int] = {}  # prompt -> index of its group that still has room
     for b, prompt in enumerate(prompts):
-        members.setdefault(tuple(int(t) for t in prompt), []).append(b)
-    return list(members.values())
+        key = tuple(int(t) for t in prompt)
+        g = open_group.get(key)
+        if g is None or len(groups[g]) >= max_responses:
+            groups.append([])
+            g = open_group[key] = len(groups) - 1
+        groups[g].append(b)
+    return groups
 
 
 def shared_prompt_rows(
@@ -73,6 +81,7 @@ def shared_prompt_rows(
             responses_GNT[g, k, :n] = response
             start = G * P + (g * N + k) * T  # flat index of this response's first token
             source[b, 1:p] = g * P + np.arange(p - 1)  # prompt token t: predicted at t - 1
-            source[b, p] = g * P + p - 1  # the first response token: at the prompt's last position
-            source[b, p + 1 : p + n] = start + np.arange(n - 1)
+            if n:  # the first response token: at the prompt's last position; then each at the one before it
+                source[b, p] = g * P + p - 1
+                source[b, p + 1 : p + n] = start + np.arange(n - 1)
     return SharedPromptRows(prompts_GP, prompt_lens, responses_GNT, source)

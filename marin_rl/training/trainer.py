@@ -137,15 +137,16 @@ def trainable(model: Any) -> Any:
 
 def step_batch(
     rollouts: list[Rollout], advantages_B: np.ndarray, train: TrainConfig, max_seq_len: int, pad_id: int,
-    filter_truncated: bool, shared_prompts: bool = False, min_shared_rows: int = 1,
+    filter_truncated: bool, shared_prompts: bool = False, n_generations: int = 1,
 ) -> tuple[TrainBatch, dict[str, int]]:
     """The arrays of one optimizer step: rows packed at the length bucket of the longest row
     (train.length_buckets_per_octave), padded to [train.batch_size, bucket]; and their shape and loss tokens as
     metrics (counted on the host arrays, not read back from the device).
 
     With `shared_prompts` (hardware.trainer_shared_prompts) the forward pass runs over the shared-prompt layout:
-    prompt and response lengths bucketed the same way (from MIN_PART_BUCKET), responses per prompt and prompts (at least
-    `min_shared_rows`, the step's prompts: a steady count keeps one compiled shape) on the per-octave series from 1."""
+    groups of at most `n_generations` responses per prompt; prompt and response lengths bucketed the same way (from
+    MIN_PART_BUCKET), groups (at least the step's train.batch_size / n_generations, so filtered groups do not change
+    the shape) and responses per group on the per-octave series from 1."""
     longest = max(len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts)
     seq_len = length_bucket(longest, max_seq_len, per_octave=train.length_buckets_per_octave)
     packed = pack_rollouts(rollouts, advantages_B, seq_len, pad_id, filter_truncated)
@@ -157,10 +158,10 @@ def step_batch(
     if shared_prompts:
         prompts = [r.prompt_tokens for r in rollouts]
         responses = [r.response_tokens for r in rollouts]
-        members_G = row_members(prompts)
+        members_G = row_members(prompts, n_generations)
         per_octave = train.length_buckets_per_octave
         G, N, P, T = (
-            length_bucket(max(len(members_G), min_shared_rows), train.batch_size, 1, per_octave),
+            length_bucket(max(len(members_G), train.batch_size // n_generations), train.batch_size, 1, per_octave),
             length_bucket(max(map(len, members_G)), train.batch_size, 1, per_octave),
             length_bucket(max(map(len, prompts)), max_seq_len, MIN_PART_BUCKET, per_octave),
             length_bucket(max(map(len, responses)), max_seq_len, MIN_PART_BUCKET, per_octave),
@@ -173,7 +174,8 @@ def step_batch(
     return batch, {
         "train/longest_len": longest,  # prompt + response tokens of the longest row
         "train/padded_len": run_len,  # a response's padded prompt + response length in the forward pass
-        "train/padded_tokens": run_tokens,  # tokens through the layers, padding included
+        # tokens through the layers, padding included (not the groups a mesh's batch split may add: Trainer._prepare)
+        "train/padded_tokens": run_tokens,
         "throughput/trained_tokens": float(packed.loss_mask_BS.sum()),
     }
 
