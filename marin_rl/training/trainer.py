@@ -146,9 +146,22 @@ def step_batch(
     With `shared_prompts` (hardware.trainer_shared_prompts) the forward pass runs over the shared-prompt layout:
     groups of at most `n_generations` responses per prompt; prompt and response lengths bucketed the same way (from
     MIN_PART_BUCKET), groups (at least the step's train.batch_size / n_generations, so filtered groups do not change
-    the shape) and responses per group on the per-octave series from 1."""
+    the shape) and responses per group on the per-octave series from 1; the [B, L] arrays at L = P + T (at most
+    max_seq_len), so (G, N, P, T) alone set the compiled shape."""
     longest = max(len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts)
-    seq_len = length_bucket(longest, max_seq_len, per_octave=train.length_buckets_per_octave)
+    per_octave = train.length_buckets_per_octave
+    seq_len = length_bucket(longest, max_seq_len, per_octave=per_octave)
+    if shared_prompts:
+        prompts = [r.prompt_tokens for r in rollouts]
+        responses = [r.response_tokens for r in rollouts]
+        members_G = row_members(prompts, n_generations)
+        G, N, P, T = (
+            length_bucket(max(len(members_G), train.batch_size // n_generations), train.batch_size, 1, per_octave),
+            length_bucket(max(map(len, members_G)), train.batch_size, 1, per_octave),
+            length_bucket(max(map(len, prompts)), max_seq_len, MIN_PART_BUCKET, per_octave),
+            length_bucket(max(map(len, responses)), max_seq_len, MIN_PART_BUCKET, per_octave),
+        )
+        seq_len = min(P + T, max_seq_len)  # the [B, L] arrays then add no compiled shapes of their own
     packed = pack_rollouts(rollouts, advantages_B, seq_len, pad_id, filter_truncated)
     batch = pad_train_batch(
         TrainBatch(packed.tokens_BS, packed.loss_mask_BS, packed.advantages_B, packed.sampler_logp_BS),
@@ -156,16 +169,6 @@ def step_batch(
     )
     run_tokens, run_len = batch.tokens.size, seq_len  # through the layers; a response's row length
     if shared_prompts:
-        prompts = [r.prompt_tokens for r in rollouts]
-        responses = [r.response_tokens for r in rollouts]
-        members_G = row_members(prompts, n_generations)
-        per_octave = train.length_buckets_per_octave
-        G, N, P, T = (
-            length_bucket(max(len(members_G), train.batch_size // n_generations), train.batch_size, 1, per_octave),
-            length_bucket(max(map(len, members_G)), train.batch_size, 1, per_octave),
-            length_bucket(max(map(len, prompts)), max_seq_len, MIN_PART_BUCKET, per_octave),
-            length_bucket(max(map(len, responses)), max_seq_len, MIN_PART_BUCKET, per_octave),
-        )
         rows = shared_prompt_rows(prompts, responses, members_G, batch.tokens.shape, (G, N, P, T), pad_id)
         batch = TrainBatch(
             batch.tokens, batch.loss_mask, batch.advantages, batch.sampler_logp, shared=jax.tree.map(jnp.asarray, rows)
