@@ -79,8 +79,8 @@ def matmul_peak_gflops(sizes=MATMUL_SIZES, repeats: int = 5) -> float:
     return best
 
 
-def make_rows_batch(tokenizer, batch: int, seq: int, seed: int) -> tuple[TrainBatch, int]:
-    """(char-tokenizer rows 'Q: a+b / A: ' + answer padded with spaces to seq, real tokens)."""
+def make_rows_batch(tokenizer, batch: int, seq: int, seed: int) -> tuple[TrainBatch, int, int]:
+    """(char-tokenizer rows 'Q: a+b / A: ' + answer padded with spaces to seq, real tokens, padded tokens)."""
     rng = np.random.default_rng(seed)
     tokens = np.full((batch, seq), tokenizer.pad_token_id, np.int32)
     mask = np.zeros((batch, seq), np.float32)
@@ -97,7 +97,7 @@ def make_rows_batch(tokenizer, batch: int, seq: int, seed: int) -> tuple[TrainBa
         jnp.asarray(rng.normal(size=batch).astype(np.float32)),
         jnp.full((batch, seq), -np.log(len(tokenizer)), jnp.float32),
     )
-    return train_batch, batch * seq
+    return train_batch, batch * seq, batch * seq
 
 
 def make_groups(tokenizer, preset: dict, seed: int) -> list[RolloutGroup]:
@@ -124,24 +124,19 @@ def make_groups(tokenizer, preset: dict, seed: int) -> list[RolloutGroup]:
 
 def make_groups_batch(
     tokenizer, preset, loss_cfg, train: TrainConfig, max_seq_len, shared_prompts: bool, seed: int
-) -> tuple[TrainBatch, int]:
-    """The trainer actor's path (runtime/trainer_actor.py `_optimizer_step`): (padded batch, real tokens)."""
+) -> tuple[TrainBatch, int, int]:
+    """The trainer actor's path (runtime/trainer_actor.py `_optimizer_step`): (padded batch, real tokens, padded
+    tokens through the layers: the step's train/padded_tokens)."""
     prepared = prepare_batch(
         make_groups(tokenizer, preset, seed), loss_cfg, preset["max_new_tokens"], preset["prompts"]
     )
     rollouts = prepared.rollouts
-    batch, _ = step_batch(
+    batch, metrics = step_batch(
         rollouts, prepared.advantages_B, train, max_seq_len, tokenizer.pad_token_id, loss_cfg.overlong.filter_truncated,
         shared_prompts, preset["generations"],
     )
-    return batch, sum(len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts)
-
-
-def tokens_through_layers(batch: TrainBatch) -> int:
-    """Padded tokens the forward pass runs over: rows x length, or the shared-prompt layout's prompts + responses."""
-    if batch.shared is None:
-        return batch.tokens.size
-    return batch.shared.prompts_GP.size + batch.shared.responses_GNT.size
+    real = sum(len(r.prompt_tokens) + len(r.response_tokens) for r in rollouts)
+    return batch, real, metrics["train/padded_tokens"]
 
 
 def layout(batch: TrainBatch) -> str:
@@ -228,7 +223,7 @@ def main() -> None:
         ]
     else:
         made = [make_rows_batch(tokenizer, args.batch, args.seq, seed) for seed in range(args.steps + 1)]
-    batches = [b for b, _ in made]
+    batches = [b for b, _, _ in made]
 
     t0 = time.perf_counter()
     state, _ = trainer.train_step(state, batches[0])
@@ -240,8 +235,8 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
     params = count_params(model)
-    padded_tokens = float(np.mean([tokens_through_layers(b) for b in batches[1:]]))
-    real_tokens = float(np.mean([n for _, n in made[1:]]))
+    padded_tokens = float(np.mean([padded for _, _, padded in made[1:]]))
+    real_tokens = float(np.mean([real for _, real, _ in made[1:]]))
     loss_tokens = float(np.mean([float(b.loss_mask.sum()) for b in batches[1:]]))
     model_gflop = 6 * params * padded_tokens / 1e9
     achieved = model_gflop / step_s
