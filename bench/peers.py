@@ -6,7 +6,8 @@
 Steps (each side in its own subprocess; peer scripts run in .venv-peers and never import marin_rl):
 1. export random tiny Llamas of ~0.15M, ~4M and ~20M parameters with marin_rl.models.hf_io.export_hf;
 2. sampler tokens/s: bench/peers_ours_sampler.py (our Sampler) vs bench/peers_hf_generate.py (HF generate),
-   batch 32 x 128 new tokens, EOS not a stop on either side;
+   batch 32 x 128 new tokens, EOS not a stop on either side; ours once more with the rows split over 2 simulated
+   CPU devices (hardware.rollout_mesh.data=2, --sampler-rows-split);
 3. RL steps/s and sampled tokens/s: `launch.py recipe=quickstart` with overrides (GRPO without KL, no SFT,
    4 prompts x 8 generations, 32 new tokens, weights from the export) vs bench/peers_trl_grpo.py (TRL
    GRPOTrainer, same settings, the same mock reverse task and exact-match reward), mean answer lengths reported;
@@ -220,6 +221,16 @@ def table(res: dict, args) -> str:
             f"| {args.rows} rows x {args.new_tokens} new tokens, mean length {fmt(o and o['mean_len'])} / "
             f"{fmt(h and h['mean_len'])} |"
         )
+    for name in SIZES:
+        o, h = res["sampler"]["ours_rows_split"].get(name), res["sampler"]["hf"].get(name)
+        if o is None:
+            continue
+        lines.append(
+            f"| sampler tokens/s (ours, rows over {o['rows_split']} CPU devices / HF generate) | {name} "
+            f"| {fmt(o['tokens_per_s'])} | {fmt(h and h['tokens_per_s'])} "
+            f"| {ratio(o['tokens_per_s'], h and h['tokens_per_s'])} "
+            f"| hardware.rollout_mesh.data={o['rows_split']}: one simulated device per core, same rows |"
+        )
     for name in args.rl_sizes:
         o, t = res["rl"]["ours"].get(name), res["rl"]["trl"].get(name)
         lines.append(
@@ -269,6 +280,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=32, help="sampler rows (a multiple of 8 prompts)")
     ap.add_argument("--new-tokens", type=int, default=128, help="sampler new tokens per row")
     ap.add_argument("--repeats", type=int, default=2, help="sampler timings per side after warm-up (best kept)")
+    ap.add_argument("--sampler-rows-split", type=int, default=2,
+                    help="also time our sampler with its rows split over this many simulated CPU devices "
+                    "(hardware.rollout_mesh.data; 1 = leave that row out)")
     ap.add_argument("--prompts-per-step", type=int, default=4, help="RL prompts per step")
     ap.add_argument("--generations", type=int, default=8, help="RL answers per prompt")
     ap.add_argument("--rl-new-tokens", type=int, default=32, help="RL answer cap")
@@ -299,12 +313,18 @@ def main() -> None:
                                      rows=args.rows)
     ordered = [folders[name] for name in SIZES]
     res: dict = {"args": vars(args), "stamp": stamp, "host": platform.node(), "cpus": os.cpu_count(),
-                 "sampler": {"ours": {}, "hf": {}}, "rl": {"ours": {}, "one_step_off": {}, "trl": {}}, "weight_sync": {}, "inflight": {}}
+                 "sampler": {"ours": {}, "ours_rows_split": {}, "hf": {}}, "rl": {"ours": {}, "one_step_off": {}, "trl": {}}, "weight_sync": {}, "inflight": {}}
 
     sampler_flags = ["--prompts", str(prompts), "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
     for row in runner.run("sampler-ours", [sys.executable, str(BENCH / "peers_ours_sampler.py"), *sampler_flags,
                                            *ordered], ours_env()):
         res["sampler"]["ours"][Path(row["folder"]).name] = row
+    if args.sampler_rows_split > 1:
+        for row in runner.run("sampler-ours-rows-split", [
+            sys.executable, str(BENCH / "peers_ours_sampler.py"), *sampler_flags, "--rows-split",
+            str(args.sampler_rows_split), *ordered,
+        ], ours_env()):
+            res["sampler"]["ours_rows_split"][Path(row["folder"]).name] = row
     for row in runner.run("sampler-hf", [args.peers_python, str(BENCH / "peers_hf_generate.py"), *sampler_flags,
                                          *ordered], peers_env()):
         res["sampler"]["hf"][Path(row["folder"]).name] = row

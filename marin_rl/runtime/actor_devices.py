@@ -5,7 +5,9 @@ unless `--xla_force_host_platform_device_count=N` is in XLA_FLAGS before jax sta
 (Ray runtime_env) to the product of the actor's fixed mesh sizes (hardware.trainer_mesh for the trainer, divided
 by hardware.trainer_processes for each of its processes; hardware.rollout_mesh for each rollout worker; a -1 axis
 counts 1), so the meshes of a CPU run really span that
-many devices. The devices share the actor's CPU cores: this exercises the sharded code paths, not speed.
+many devices. The devices share the actor's CPU cores: this exercises the sharded code paths, and it speeds up
+only a sampler whose per-op costs dominate (rows over 2 devices: 1.4-1.5x at 4M parameters on 2 cores, nothing at
+20M; docs/benchmarks.md "Rows over the cores").
 """
 
 from __future__ import annotations
