@@ -6,7 +6,7 @@ unless `--xla_force_host_platform_device_count=N` is in XLA_FLAGS before jax sta
 by hardware.trainer_processes for each of its processes; hardware.rollout_mesh for each rollout worker; a -1 axis
 counts 1), so the meshes of a CPU run really span that
 many devices. The devices share the actor's CPU cores: this exercises the sharded code paths, and it speeds up
-only a sampler whose per-op costs dominate (rows over 2 devices: 1.4-1.5x at 4M parameters on 2 cores, nothing at
+only a sampler whose per-op costs dominate (rows over 2 devices: 1.3-1.5x at 4M parameters on 2 cores, nothing at
 20M; docs/benchmarks.md "Rows over the cores").
 """
 
