@@ -39,6 +39,7 @@ token is kept and finish_reason is "stop", else "length" after max_new_tokens.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -59,6 +60,7 @@ from marin_rl.inference.mesh_placement import (
     shard_model,
     single_device_mesh,
     weight_devices,
+    weight_shardings,
 )
 from marin_rl.inference.requests import check_generation, normalize_prompts
 from marin_rl.inference.stops import eos_token_ids
@@ -102,13 +104,29 @@ def _on_mesh(model: Any, mesh: "Mesh", dtype) -> Any:
     """The model's arrays on their shards of `mesh` (numpy leaves would be re-sent every chunk), floating ones cast
     to dtype (shard by shard: the cast keeps the placement), laid out once for the decode loop
     (inference/decoder.py decode_layout)."""
+    return _layout_program(mesh, jnp.dtype(dtype))(shard_model(model, mesh))
+
+
+@functools.cache
+def _layout_program(mesh: "Mesh", dtype) -> Callable[[Any], Any]:
+    """One compiled program that casts and lays out placed weights, each output on its weight sharding.
+
+    Why: run eagerly, the cast and decode_layout's slices and transposes were ~40 dispatches per weight swap,
+    17-25 ms at 4M parameters on one device and twice that on two; one program does the same copies in one call.
+    The shardings are pinned (not inferred) so every swap hands the decode kernels the very same placement.
+    """
 
     def cast(x):
         if not eqx.is_array(x):
             return x
         return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype else x
 
-    return decode_layout(jax.tree.map(cast, shard_model(model, mesh)))
+    @eqx.filter_jit
+    def layout(model):
+        params, static = eqx.partition(decode_layout(jax.tree.map(cast, model)), eqx.is_array)
+        return eqx.combine(jax.lax.with_sharding_constraint(params, weight_shardings(params, mesh)), static)
+
+    return layout
 
 
 def _signature(model) -> tuple:
