@@ -207,6 +207,18 @@ def trl_rl(runner: Runner, args, name: str, folder: str, problems: Path, out: Pa
     return rows[-1] if rows else None
 
 
+def run_sampler(runner, label: str, python: str, script: str, flags: list[str], folders: list, env) -> dict:
+    """{model size: JSON row} of one sampler script run over every model folder."""
+    return {Path(row["folder"]).name: row
+            for row in runner.run(label, [python, str(BENCH / script), *flags, *map(str, folders)], env)}
+
+
+def sampler_line(what: str, name: str, ours: dict | None, peer: dict | None, notes: str) -> str:
+    """One table row of sampler tokens/s, ours against a peer's."""
+    o, p = ours and ours["tokens_per_s"], peer and peer["tokens_per_s"]
+    return f"| sampler tokens/s ({what}) | {name} | {fmt(o)} | {fmt(p)} | {ratio(o, p)} | {notes} |"
+
+
 def table(res: dict, args) -> str:
     """The markdown table of every measurement (ratios are ours / peer unless the row says otherwise)."""
     lines = [
@@ -215,22 +227,18 @@ def table(res: dict, args) -> str:
     ]
     for name in SIZES:
         o, h = res["sampler"]["ours"].get(name), res["sampler"]["hf"].get(name)
-        lines.append(
-            f"| sampler tokens/s (ours / HF generate) | {name} | {fmt(o and o['tokens_per_s'])} "
-            f"| {fmt(h and h['tokens_per_s'])} | {ratio(o and o['tokens_per_s'], h and h['tokens_per_s'])} "
-            f"| {args.rows} rows x {args.new_tokens} new tokens, mean length {fmt(o and o['mean_len'])} / "
-            f"{fmt(h and h['mean_len'])} |"
-        )
+        lines.append(sampler_line(
+            "ours / HF generate", name, o, h,
+            f"{args.rows} rows x {args.new_tokens} new tokens, mean length {fmt(o and o['mean_len'])} / "
+            f"{fmt(h and h['mean_len'])}",
+        ))
     for name in SIZES:
         o, h = res["sampler"]["ours_rows_split"].get(name), res["sampler"]["hf"].get(name)
-        if o is None:
-            continue
-        lines.append(
-            f"| sampler tokens/s (ours, rows over {o['rows_split']} CPU devices / HF generate) | {name} "
-            f"| {fmt(o['tokens_per_s'])} | {fmt(h and h['tokens_per_s'])} "
-            f"| {ratio(o['tokens_per_s'], h and h['tokens_per_s'])} "
-            f"| hardware.rollout_mesh.data={o['rows_split']}: one simulated device per core, same rows |"
-        )
+        if o is not None:
+            lines.append(sampler_line(
+                f"ours, rows over {o['rows_split']} CPU devices / HF generate", name, o, h,
+                f"hardware.rollout_mesh.data={o['rows_split']}: one simulated device per core, same rows",
+            ))
     for name in args.rl_sizes:
         o, t = res["rl"]["ours"].get(name), res["rl"]["trl"].get(name)
         lines.append(
@@ -316,18 +324,15 @@ def main() -> None:
                  "sampler": {"ours": {}, "ours_rows_split": {}, "hf": {}}, "rl": {"ours": {}, "one_step_off": {}, "trl": {}}, "weight_sync": {}, "inflight": {}}
 
     sampler_flags = ["--prompts", str(prompts), "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
-    for row in runner.run("sampler-ours", [sys.executable, str(BENCH / "peers_ours_sampler.py"), *sampler_flags,
-                                           *ordered], ours_env()):
-        res["sampler"]["ours"][Path(row["folder"]).name] = row
+    res["sampler"]["ours"] = run_sampler(runner, "sampler-ours", sys.executable, "peers_ours_sampler.py",
+                                         sampler_flags, ordered, ours_env())
     if args.sampler_rows_split > 1:
-        for row in runner.run("sampler-ours-rows-split", [
-            sys.executable, str(BENCH / "peers_ours_sampler.py"), *sampler_flags, "--rows-split",
-            str(args.sampler_rows_split), *ordered,
-        ], ours_env()):
-            res["sampler"]["ours_rows_split"][Path(row["folder"]).name] = row
-    for row in runner.run("sampler-hf", [args.peers_python, str(BENCH / "peers_hf_generate.py"), *sampler_flags,
-                                         *ordered], peers_env()):
-        res["sampler"]["hf"][Path(row["folder"]).name] = row
+        res["sampler"]["ours_rows_split"] = run_sampler(
+            runner, "sampler-ours-rows-split", sys.executable, "peers_ours_sampler.py",
+            [*sampler_flags, "--rows-split", str(args.sampler_rows_split)], ordered, ours_env(),
+        )
+    res["sampler"]["hf"] = run_sampler(runner, "sampler-hf", args.peers_python, "peers_hf_generate.py", sampler_flags,
+                                       ordered, peers_env())
 
     for k, name in enumerate(args.rl_sizes):
         sides = ["ours", "trl"] if k % 2 else ["trl", "ours"]  # alternate which side runs first
