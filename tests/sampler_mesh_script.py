@@ -77,6 +77,15 @@ def run() -> dict:
             after.append(float(np.max(np.abs(lp - b)[v == 1])))
             after_vs_old.append(float(np.max(np.abs(lp - a)[v == 1])))
 
+    decode_compiles = sum("decode_chunk" in e for e in sampler.compile_events)  # before the new shapes below
+    # 3 prompts x 8 answers (bucket 32, rows split over data): the prefill runs once per prompt, then each row
+    # takes its prompt's cache across the devices; the sampler holds model_b since the swap
+    shared = [(prompts[c.prompt_index], c) for comps in sampler.generate(prompts, 8) for c in comps]
+    shared_gap = max(
+        float(np.max(np.abs(np.asarray(c.logprobs) - ref)))
+        for (_, c), ref in zip(shared, teacher(model_b, shared, 1.0), strict=True)
+    )
+
     q_proj = sampler.model.transformer.layers.unstacked()[0].self_attn.q_proj.weight
     # the KV cache as the sampler's prefill leaves it: k [batch, kv_head, head_size, slot] split by rows and kv heads
     where = kernels.state_sharding(mesh)
@@ -106,7 +115,10 @@ def run() -> dict:
         "cache_shape": list(cache.k[0].shape),
         "cache_shard_shapes": sorted({tuple(sh.data.shape) for sh in cache.k[0].addressable_shards}),
         "cache_devices": len(cache.k[0].sharding.device_set),
-        "decode_compiles": sum("decode_chunk" in e for e in sampler.compile_events),
+        "decode_compiles": decode_compiles,
+        "shared_prefill": [e for e in sampler.compile_events if "from 8 rows" in e],
+        "shared_rows": len(shared),
+        "max_gap_shared_prefill": shared_gap,
         "refused_kv_split": refused,
     }
 

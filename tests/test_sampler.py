@@ -116,6 +116,17 @@ def test_gqa_model_logprobs_match_trainer(tok, prompts):
     assert max_abs_diff(model, rows, 0.7) < TOL
 
 
+def test_repeated_prompts_share_one_prefill(model_a, tok, prompts):
+    # 3 prompts x 8 answers: a wave of 24 rows (bucket 32) whose prefill runs on a bucket of 8 rows, one per prompt;
+    # a row that took another prompt's cache would score its tokens wrongly
+    s = Sampler(model_a, tok, sampler_cfg(max_new_tokens=8), MAX_SEQ_LEN, max_batch=32, seed=4)
+    results = s.generate(prompts, 8)
+    assert any("prefill (batch=32 from 8 rows" in e for e in s.compile_events), s.compile_events
+    rows = _rows(prompts, results)
+    assert len(rows) == 24 and max_abs_diff(model_a, rows, 1.0) < TOL
+    assert all(len({tuple(c.tokens) for c in comps}) > 1 for comps in results)  # rows still sample apart
+
+
 def _swap_at_first_boundary(sampler: Sampler, new_model, version: int):
     calls = []
 

@@ -62,5 +62,10 @@ def test_mesh_logprobs_equal_one_device_trainer_before_and_after_a_swap(result):
     assert result["decode_compiles"] == 1  # the swap reused the compiled decode program
 
 
+def test_repeated_prompts_share_one_prefill_over_the_mesh(result):
+    assert result["shared_prefill"] and result["shared_rows"] == 24
+    assert result["max_gap_shared_prefill"] < TOL
+
+
 def test_a_mesh_that_does_not_divide_the_kv_heads_is_refused(result):
     assert "kv_head" in result["refused_kv_split"] and "hardware.rollout_mesh" in result["refused_kv_split"]

@@ -54,6 +54,7 @@ class StepOutput(NamedTuple):
 
 class Kernels(NamedTuple):
     fill: Callable  # (model, tokens, pad, cache, *, length) -> cache
+    fill_shared: Callable  # (model, tokens_U, pad_U, cache_U, prompt_of_B, *, length) -> cache of B rows
     decode_chunk: Callable  # (model, state, key, params, *, num_steps) -> (state, StepOutput)
     grow: Callable  # (cache, *, num_slots) -> cache with zero slots appended
 
@@ -83,6 +84,10 @@ def kernels_for(mesh: Mesh) -> Kernels:
         """KV cache of slots [0, length) computed from `tokens` under `model` (prefill, or refill after a swap)."""
         return fill_cache(model, tokens, pad, cache, length)
 
+    def fill_shared(model, tokens_U, pad_U, cache_U: KvCache, prompt_of_B: jax.Array, *, length: int) -> KvCache:
+        """`fill` of U distinct prompts, then row b of the wave takes the cache of prompt prompt_of_B[b]."""
+        return take_rows(fill_cache(model, tokens_U, pad_U, cache_U, length), prompt_of_B)
+
     def decode(model, state: DecodeState, key: jax.Array, params: DecodeParams, *, num_steps: int):
         return decode_chunk(model, state, key, params, num_steps)
 
@@ -91,9 +96,17 @@ def kernels_for(mesh: Mesh) -> Kernels:
 
     return Kernels(
         jax.jit(fill, static_argnames=("length",), donate_argnames=("cache",), out_shardings=where.cache),
+        jax.jit(fill_shared, static_argnames=("length",), donate_argnames=("cache_U",), out_shardings=where.cache),
         jax.jit(decode, static_argnames=("num_steps",), donate_argnames=("state",),
                 out_shardings=(where, step_rows)),
         jax.jit(grow, static_argnames=("num_slots",), out_shardings=where.cache),
+    )
+
+
+def take_rows(cache: KvCache, rows_B: jax.Array) -> KvCache:
+    """The cache of rows rows_B[0], rows_B[1], ... (a row may be taken more than once)."""
+    return KvCache(
+        tuple(jnp.take(k, rows_B, axis=0) for k in cache.k), tuple(jnp.take(v, rows_B, axis=0) for v in cache.v)
     )
 
 
