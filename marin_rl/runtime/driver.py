@@ -253,6 +253,11 @@ class RunDriver:
                 if step % s.train.log_every == 0 or step == s.train.steps:
                     metrics_log.write(row)
                     wandb.log(row)
+                every = s.train.checkpoint_every
+                if every and step % every == 0:  # on cadence whatever the step did, skipped steps included
+                    # after the step's row is written: a run killed in between resumes from the checkpoint before
+                    # and redoes this step, where a checkpoint saved first would resume past a row never written
+                    row["checkpoint"] = ray.get(self.trainer.checkpoint.remote())
                 rows_seen.append(row)
                 last_row = row
                 bar.update(1)
@@ -261,7 +266,7 @@ class RunDriver:
         finally:
             bar.close()
             ray.get(self.coordinator.request_stop.remote("training finished"))
-        ckpt = ray.get(self.trainer.checkpoint.remote())
+        ckpt = last_row.get("checkpoint") or ray.get(self.trainer.checkpoint.remote())  # the last step's, if on cadence
         eval_after = self._evaluate(step)
         rows, _ = read_metrics(self.run_dir / "metrics.jsonl")
         eval_rows = [

@@ -321,9 +321,6 @@ class TrainerActor:
             "time/wait_rollouts_s": wait_s,
             **grading,
         })
-        every = self.spec.train.checkpoint_every
-        if every and self.version % every == 0:  # on cadence whatever the step did, skipped steps included
-            row["checkpoint"] = self.checkpoint()
         return row
 
     @staticmethod
