@@ -1,11 +1,12 @@
-"""The jitted programs of the sampler: prefill/refill of the KV cache, a chunk of decode steps, and cache growth.
+"""The jitted programs of the sampler: prefill/refill of the KV cache (also once per distinct prompt, copied to its
+rows), a chunk of decode steps, and cache growth.
 
 They take the model as an argument (never a closure), so new weights of the same shapes reuse the compiled
-programs. Compiled shapes: the batch bucket, the KV cache's slot bucket (it grows by doubling as sequences
-lengthen, up to max_seq_len), the fill length bucket, and the chunk length; prompt lengths, temperature, greedy,
-top-k/top-p and max_new_tokens are traced values.
+programs. Compiled shapes: the batch bucket (and, for a shared prefill, the bucket of its distinct prompts), the KV
+cache's slot bucket (it grows in steps as sequences lengthen, up to max_seq_len), the fill length bucket, and the
+chunk length; prompt lengths, temperature, greedy, top-k/top-p and max_new_tokens are traced values.
 
-One pair per mesh (`kernels_for`): the programs are traced under the sampler's mesh and axis mapping
+One set per mesh (`kernels_for`): the programs are traced under the sampler's mesh and axis mapping
 (inference/mesh_placement.py), and the decode state and KV cache they return are pinned to `state_sharding`, so
 the next call finds its input where it left it (no reshard, no recompile).
 """
