@@ -1,5 +1,5 @@
-"""The jitted programs of the sampler: prefill/refill of the KV cache (also once per distinct prompt, copied to its
-rows), a chunk of decode steps, and cache growth.
+"""The jitted programs of the sampler: prefill/refill of the KV cache, a prefill of a wave's distinct prompts copied
+to their rows, a chunk of decode steps, and cache growth.
 
 They take the model as an argument (never a closure), so new weights of the same shapes reuse the compiled
 programs. Compiled shapes: the batch bucket (and, for a shared prefill, the bucket of its distinct prompts), the KV
@@ -97,7 +97,8 @@ def kernels_for(mesh: Mesh) -> Kernels:
 
     return Kernels(
         jax.jit(fill, static_argnames=("length",), donate_argnames=("cache",), out_shardings=where.cache),
-        jax.jit(fill_shared, static_argnames=("length",), donate_argnames=("cache_U",), out_shardings=where.cache),
+        # no donation: the U-row cache cannot hold the B-row output
+        jax.jit(fill_shared, static_argnames=("length",), out_shardings=where.cache),
         jax.jit(decode, static_argnames=("num_steps",), donate_argnames=("state",),
                 out_shardings=(where, step_rows)),
         jax.jit(grow, static_argnames=("num_slots",), out_shardings=where.cache),
