@@ -112,8 +112,9 @@ def _on_mesh(model: Any, mesh: "Mesh", dtype) -> Any:
 def _layout_program(mesh: "Mesh", dtype) -> Callable[[Any], Any]:
     """One compiled program that casts and lays out placed weights, each output on its weight sharding.
 
-    Why: run eagerly, the cast and decode_layout's slices and transposes were ~40 dispatches per weight swap,
-    17-25 ms at 4M parameters on one device and twice that on two; one program does the same copies in one call.
+    Why: run eagerly, the cast and decode_layout's slices and transposes were ~40 dispatches per weight swap; one
+    program does the same copies in one call (docs/benchmarks.md "Stop 31": the 4M weight pull went from
+    0.025-0.031 s to 0.021 s).
     The shardings are pinned (not inferred) so every swap hands the decode kernels the very same placement.
     """
 
@@ -360,7 +361,7 @@ class Sampler:
     def _prefill(self, packed, tokens_BS: jax.Array, pad_B: jax.Array, length: int, slots: int) -> kernels.KvCache:
         """KV cache of the wave's prompt slots [0, length). Rows that repeat a prompt (n answers to it) take the cache
         of one computed copy: a GRPO wave of 4 prompts x 8 answers runs the prefill on a batch bucket of 8 rows, not
-        32 (the prefill was ~20% of such a wave at 4M parameters)."""
+        32 (docs/benchmarks.md "Stop 31": sampling in the 4M RL run 0.302 s -> 0.272-0.281 s a step)."""
         B = tokens_BS.shape[0]
         where = kernels.state_sharding(self.mesh)
         prompt_rows = np.concatenate([packed.pad_B[:, None], packed.tokens_BS[:, :length]], axis=1)
