@@ -22,7 +22,8 @@ from tiny_policy import BATCH, MODEL, OPTIMIZER, TEMPERATURE, arithmetic_batch, 
 
 from marin_rl.config.spec import HardwareConfig, MeshConfig, TrainConfig
 from marin_rl.objectives import LossConfig
-from marin_rl.runtime.weight_sync import arrays_checksum, host_array, model_to_arrays
+from marin_rl.runtime.weight_checksum import arrays_checksum
+from marin_rl.runtime.weight_sync import host_array, model_to_arrays
 from marin_rl.training import checkpoint as ckpt
 from marin_rl.training.mesh import mesh_sizes
 from marin_rl.training.multihost import initialize_distributed

@@ -27,7 +27,7 @@ from tiny_policy import arithmetic_batch, tiny_model, tiny_trainer
 
 from marin_rl.runtime.ray_cluster import actor_runtime_env
 from marin_rl.runtime.trainer_group import jax_process_env, require_one_node
-from marin_rl.runtime.weight_sync import arrays_checksum
+from marin_rl.runtime.weight_checksum import arrays_checksum
 from marin_rl.training import checkpoint as ckpt
 from marin_rl.training.multihost import coordinator_bind_address
 

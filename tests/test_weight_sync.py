@@ -9,11 +9,11 @@ import jax
 import numpy as np
 import pytest
 
+from marin_rl.runtime.weight_checksum import arrays_checksum
 from marin_rl.runtime.weight_sync import (
     FileChannel,
     WeightPacket,
     WeightSyncError,
-    arrays_checksum,
     arrays_into_model,
     model_to_arrays,
     verified,

@@ -24,9 +24,9 @@ from typing import Any
 import equinox as eqx
 import jax
 import numpy as np
-import xxhash
 
 from marin_rl.runlog.run_lock import pid_alive
+from marin_rl.runtime.weight_checksum import arrays_checksum, copy_with_checksum
 
 
 class WeightSyncError(RuntimeError):
@@ -63,15 +63,6 @@ def host_array(x: Any) -> np.ndarray:
     from jax.experimental import multihost_utils
 
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-
-
-def arrays_checksum(arrays: list[np.ndarray]) -> str:
-    """xxh3-64 over every leaf's dtype, shape and bytes (fast enough for multi-GB models)."""
-    h = xxhash.xxh3_64()
-    for a in arrays:
-        h.update(f"{a.dtype}{a.shape}".encode())
-        h.update(np.ascontiguousarray(a).data)
-    return h.hexdigest()
 
 
 def is_weight(x: Any) -> bool:
@@ -221,7 +212,7 @@ class SharedMemoryChannel(Channel):
     under a shared flock, held while it places the weights (`fetched`), so the trainer never overwrites weights
     being read. A slot still read when its turn comes is unlinked and recreated (the reader keeps its inode), so
     the trainer never waits for a worker. Slots are reused, so after the first round their pages are already
-    mapped: a publish is one memcpy and a checksum, where `ray.put` faults fresh object-store pages every time.
+    mapped: a publish is one memcpy, each piece hashed as it lands (weight_checksum.py), where `ray.put` faults fresh object-store pages every time.
     One node only: RunSpec refuses it with ray.address, where workers may sit on other nodes.
     """
 
@@ -244,7 +235,6 @@ class SharedMemoryChannel(Channel):
 
     def publish(self, arrays: list[np.ndarray], version: int) -> WeightPacket:
         layout, size = slot_layout(arrays)
-        checksum = arrays_checksum(arrays)
         path = self.dir / f"slot{version % self.slots}"  # the driver owns the folder (make_shm_dir)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -264,8 +254,7 @@ class SharedMemoryChannel(Channel):
                     raise WeightSyncError(f"no room for {size:,} bytes of weights in {path.parent}: {err}") from err
             buffer = self._mapping(path, fd, writable=True)
             SHM_HEADER.pack_into(buffer, 0, SHM_MAGIC, -1)
-            for dest, src in zip(slot_arrays(buffer, layout), arrays, strict=True):
-                np.copyto(dest, src)
+            checksum = copy_with_checksum(slot_arrays(buffer, layout), arrays)
             SHM_HEADER.pack_into(buffer, 0, SHM_MAGIC, version)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
