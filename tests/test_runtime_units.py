@@ -81,13 +81,15 @@ def test_an_idle_worker_waiting_for_news_wakes_on_weights_extra_rounds_and_stop_
     coordinator.claim_extra_groups(3, worker_id=0)
     assert 0.15 < waited(3, lambda: coordinator.publish_weights(WeightPacket(4, "x", 0))) < 2.0
     t0 = time.monotonic()
-    coordinator.wait_for_news(2, timeout_s=5.0)  # weights newer than v2 are already out: no wait at all
+    news = coordinator.wait_for_news(2, timeout_s=5.0)  # weights newer than v2 are already out: no wait at all
     assert time.monotonic() - t0 < 0.1
+    assert news == (False, coordinator.packet) and news.packet.version == 4  # the woken worker need not ask again
     coordinator.request_extra_groups(3, 1)  # an extra round for other weights is not news to a v4 worker
     t0 = time.monotonic()
     coordinator.wait_for_news(4, timeout_s=0.3)
     assert time.monotonic() - t0 > 0.25
     assert 0.15 < waited(4, lambda: coordinator.request_stop("done")) < 2.0
+    assert coordinator.wait_for_news(4, timeout_s=0.0) == (True, None)
 
 
 @pytest.mark.parametrize("groups, workers, shares", [(8, 1, [8]), (8, 3, [3, 3, 2]), (5, 5, [1] * 5), (7, 2, [4, 3])])

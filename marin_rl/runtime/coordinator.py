@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 from marin_rl.runtime.weight_sync import WeightPacket
 
 ExtraRound = tuple[int, int, int]  # (policy version, groups, index of the extra round within that version)
+
+
+class News(NamedTuple):
+    """What `wait_for_news` returns: the answers a woken worker would otherwise ask for in two more calls."""
+
+    stop: bool  # a stop is requested
+    packet: WeightPacket | None  # the newest weights, if newer than the waiting worker's
 
 
 class Coordinator:
@@ -75,17 +83,18 @@ class Coordinator:
     def weights_newer_than(self, version: int) -> WeightPacket | None:
         return self.packet if self.packet is not None and self.packet.version > version else None
 
-    def wait_for_news(self, version: int, timeout_s: float) -> None:
+    def wait_for_news(self, version: int, timeout_s: float) -> News:
         """Return once weights newer than `version` are out, an extra round for `version` is pending or a stop is
-        requested, or after timeout_s. An idle sync worker blocks here instead of polling on a timer, so it starts
-        the next round the moment the trainer publishes (this actor is threaded: the driver gives it a thread per
-        worker on top of its own)."""
+        requested, or after timeout_s; with the stop flag and the newer weights as they are then. An idle sync
+        worker blocks here instead of polling on a timer, so it starts the next round the moment the trainer
+        publishes (this actor is threaded: the driver gives it a thread per worker on top of its own)."""
         with self.news:
             self.news.wait_for(
                 lambda: self.weights_newer_than(version) is not None or self.stop_reason is not None
                 or any(r[0] == version for r in self.extra_pending),
                 timeout=timeout_s,
             )
+            return News(self.stop_reason is not None, self.weights_newer_than(version))
 
     def _announce(self) -> None:
         with self.news:

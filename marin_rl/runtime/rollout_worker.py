@@ -33,7 +33,13 @@ from marin_rl.inference.mesh_placement import rollout_mesh
 from marin_rl.models.policy import policy_structure
 from marin_rl.rollouts import RolloutGroup
 from marin_rl.runtime.one_step_off import next_lagged_round
-from marin_rl.runtime.weight_sync import WeightsSuperseded, WeightSyncError, arrays_into_model, make_channel
+from marin_rl.runtime.weight_sync import (
+    WeightPacket,
+    WeightsSuperseded,
+    WeightSyncError,
+    arrays_into_model,
+    make_channel,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,11 +77,14 @@ class RolloutWorker:
         self.grading_seen = grading_counts(self.env)  # pool counters already reported
 
     # --- weights -------------------------------------------------------------------------------------------
-    def _try_pull_weights(self) -> bool:
+    def _try_pull_weights(self, packet: WeightPacket | None = None) -> bool:
+        """Load the newest weights if they are newer than ours: `packet` when the caller already holds it (from
+        Coordinator.wait_for_news), else the coordinator's."""
         import ray
 
-        packet = ray.get(self.coordinator.weights_newer_than.remote(self.version))
         if packet is None:
+            packet = ray.get(self.coordinator.weights_newer_than.remote(self.version))
+        if packet is None or packet.version <= self.version:
             return False
         try:
             self._load_weights(packet)
@@ -173,12 +182,14 @@ class RolloutWorker:
         self.grading_seen = now
         return delta
 
-    def _next_sync_round(self, served_version: int, groups_per_round: int) -> tuple[int, tuple] | None:
-        """(groups, stream) of the next sync round: this worker's share of a new version, or extra groups the
-        trainer asked for (dynamic sampling); None while there is neither."""
+    def _next_sync_round(
+        self, served_version: int, groups_per_round: int, packet: WeightPacket | None
+    ) -> tuple[int, tuple] | None:
+        """(groups, stream) of the next sync round: this worker's share of a new version (`packet`, or asked for
+        when None), or extra groups the trainer asked for (dynamic sampling); None while there is neither."""
         import ray
 
-        self._try_pull_weights()
+        self._try_pull_weights(packet)
         if self.version > served_version:
             return groups_per_round, ("sync", self.worker_id, self.incarnation, self.version)
         claim = ray.get(self.coordinator.claim_extra_groups.remote(self.version, self.worker_id))
@@ -206,7 +217,8 @@ class RolloutWorker:
             except WeightSyncError as err:  # keep the old, complete weights; say so
                 logger.warning("%s", err)
 
-        while not self._should_stop():
+        news = None  # the last wait_for_news answer: the stop flag and newer weights, without asking again
+        while not (news.stop if news is not None else self._should_stop()):
             if inflight:
                 swap_between_chunks(0)
                 if ray.get(self.trainer.fresh_groups.remote()) >= groups_per_step:
@@ -216,11 +228,12 @@ class RolloutWorker:
                     continue
                 work = (groups_per_round, ("inflight", self.worker_id, self.incarnation, rounds))
             else:
-                work = self._next_sync_round(served_version, groups_per_round)
+                work = self._next_sync_round(served_version, groups_per_round, news and news.packet)
+                news = None
                 if work is None:
                     self._check_deadline(idle_since + self.spec.rollout.watchdog_timeout_s,
                                          f"no weights newer than v{self.version} and no extra work")
-                    ray.get(self.coordinator.wait_for_news.remote(self.version, NEWS_WAIT_S))
+                    news = ray.get(self.coordinator.wait_for_news.remote(self.version, NEWS_WAIT_S))
                     continue
             served_version = self.version
             groups, stats = self.sample_groups(*work, on_chunk=swap_between_chunks if inflight else None)
