@@ -4,8 +4,8 @@ The same (data, fsdp, model) mesh and Haliax axis mappings as the trainer (train
 by PARAMETER_MAPPING (attention heads and MLP width split over `model` = tensor parallelism, the vocabulary split
 over `model`, "embed" over `fsdp`), decoding runs under COMPUTE_MAPPING (batch rows over data x fsdp). The KV
 cache `[batch, kv_head, slot, head_size]` is split the same way: rows over data x fsdp, kv heads over model.
-Weights that arrive from the trainer as host arrays go straight to their shards (`jax.device_put` of each host
-array with its NamedSharding), never first whole onto one device.
+Weights that arrive from the trainer as host arrays go straight to their shards (runtime/weight_sync.py
+WeightPlacement: one batched `jax.device_put` to their NamedShardings), never first whole onto one device.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 import equinox as eqx
 import haliax as hax
 import jax
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from marin_rl.training.mesh import BATCH_AXIS, COMPUTE_MAPPING, PARAMETER_MAPPING, build_mesh, mesh_sizes
@@ -60,22 +59,24 @@ def weight_shardings(template: Any, mesh: Mesh) -> Any:
                                                       mesh=mesh)
 
 
-def place_weights(template: Any, arrays: list, mesh: Mesh, lent: bool = False) -> Any:
-    """`template` carrying `arrays` (host arrays in tree order, shapes already checked), each device_put to its
-    shard of the mesh. lent: the arrays' memory is reused afterwards, and on the CPU device_put may alias a numpy
-    array instead of copying it, so each array is copied first (one at a time: the copy becomes the buffer)."""
-    params, static = eqx.partition(template, lambda x: eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct))
-    treedef = jax.tree.structure(params)
-    shardings = jax.tree.leaves(weight_shardings(params, mesh))  # one per array, in the same order
-    placed = [jax.device_put(np.array(a) if lent else a, s) for a, s in zip(arrays, shardings, strict=True)]
-    return eqx.combine(jax.tree.unflatten(treedef, placed), static)
+# (tree structure, array shapes and dtypes, mesh) -> the arrays' NamedShardings: inferring them walks the whole
+# model, the slowest part of placing a small model's weights, and a sampler places the same structure every swap
+_SHARDINGS_SEEN: dict[tuple, list] = {}
 
 
 def shard_model(model: Any, mesh: Mesh) -> Any:
-    """A model already in memory, moved onto the mesh (device arrays reshard device to device)."""
-    params, static = eqx.partition(model, eqx.is_array)
-    shardings = weight_shardings(params, mesh)
-    return eqx.combine(jax.device_put(params, shardings), static)
+    """A model already in memory, moved onto the mesh (device arrays reshard device to device; arrays already on
+    their shards stay where they are)."""
+    leaves, treedef = jax.tree.flatten(model)
+    at = [i for i, x in enumerate(leaves) if eqx.is_array(x)]
+    key = (treedef, tuple((leaves[i].shape, leaves[i].dtype) for i in at), mesh)
+    shardings = _SHARDINGS_SEEN.get(key)
+    if shardings is None:
+        shardings = jax.tree.leaves(weight_shardings(eqx.filter(model, eqx.is_array), mesh))
+        _SHARDINGS_SEEN[key] = shardings
+    for i, placed in zip(at, jax.device_put([leaves[i] for i in at], shardings), strict=True):
+        leaves[i] = placed
+    return jax.tree.unflatten(treedef, leaves)
 
 
 def cache_sharding(mesh: Mesh) -> NamedSharding:

@@ -35,9 +35,9 @@ from marin_rl.rollouts import RolloutGroup
 from marin_rl.runtime.one_step_off import next_lagged_round
 from marin_rl.runtime.weight_sync import (
     WeightPacket,
+    WeightPlacement,
     WeightsSuperseded,
     WeightSyncError,
-    arrays_into_model,
     make_channel,
 )
 
@@ -69,6 +69,7 @@ class RolloutWorker:
         self.run_dir = Path(run_dir)
         self.sampler = None  # built around the first weights that arrive (inference/backends.py)
         self.mesh = rollout_mesh(self.spec.hardware)  # hardware.rollout_mesh over this actor's devices
+        self.placement = WeightPlacement(self.structure, self.mesh)  # where each pulled array goes
         self.channel = make_channel(self.spec.rollout.weight_sync.method, weights_dir)
         self.version = -1
         self.sampler_lock = threading.RLock()  # held across a round's (or an evaluation's) weight load and sampling
@@ -108,7 +109,7 @@ class RolloutWorker:
     def _load_weights(self, packet) -> None:
         t0 = time.monotonic()
         with self.channel.fetched(packet, self.spec.rollout.weight_sync.timeout_s) as arrays:
-            model = arrays_into_model(self.structure, arrays, self.mesh, lent=self.channel.lends_memory)
+            model = self.placement.model(arrays, lent=self.channel.lends_memory)
         if self.sampler is None:
             self.sampler = build_sampler(
                 self.spec, model, self.tokenizer, version=packet.version, seed=derive_seed(self.spec.seed, "sampler"),

@@ -70,27 +70,40 @@ def is_weight(x: Any) -> bool:
     return eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
 
 
-def arrays_into_model(template: Any, arrays: list[np.ndarray], mesh: Any = None, lent: bool = False) -> Any:
-    """A copy of `template` carrying `arrays`; every shape and dtype must match (else WeightSyncError).
-    With a mesh, each host array goes straight to its shards there (inference/mesh_placement.py).
-    lent: the arrays' memory is reused once this returns (a shared-memory slot), so every placed array must be a
-    copy: on the CPU jax.device_put may alias a numpy array's memory instead of copying it."""
-    params, static = eqx.partition(template, is_weight)
-    leaves, treedef = jax.tree_util.tree_flatten(params)
-    if len(leaves) != len(arrays):
-        raise WeightSyncError(f"weight set has {len(arrays)} arrays, the model has {len(leaves)}")
-    for i, (old, new) in enumerate(zip(leaves, arrays)):
-        if old.shape != new.shape or old.dtype != new.dtype:
-            raise WeightSyncError(
-                f"weight #{i}: got {new.dtype}{list(new.shape)}, the model has {old.dtype}{list(old.shape)}"
-            )
-    if mesh is not None:
-        from marin_rl.inference.mesh_placement import place_weights
+class WeightPlacement:
+    """How a list of host arrays becomes `template`'s model, each array on its shards of `mesh` when one is given
+    (inference/mesh_placement.py), else on the default device. Worked out once per worker: the tree walks and the
+    sharding inference cost more than placing a 0.15M-parameter model's arrays (docs/benchmarks.md, stop 32)."""
 
-        return jax.block_until_ready(place_weights(template, arrays, mesh, lent=lent))
-    # jax.device_put of a fresh copy: the copy is the buffer; jnp.asarray copies plain (non-lent) arrays itself
-    placed = [jax.device_put(np.array(a)) if lent else jax.numpy.asarray(a) for a in arrays]
-    return jax.block_until_ready(eqx.combine(jax.tree_util.tree_unflatten(treedef, placed), static))
+    def __init__(self, template: Any, mesh: Any = None):
+        params, self.static = eqx.partition(template, is_weight)
+        leaves, self.treedef = jax.tree_util.tree_flatten(params)
+        self.specs = [(x.shape, x.dtype) for x in leaves]
+        self.shardings = None
+        if mesh is not None:
+            from marin_rl.inference.mesh_placement import weight_shardings
+
+            self.shardings = jax.tree_util.tree_leaves(weight_shardings(params, mesh))
+
+    def model(self, arrays: list[np.ndarray], lent: bool = False) -> Any:
+        """The model carrying `arrays`; every shape and dtype must match (else WeightSyncError).
+        lent: the arrays' memory is reused once this returns (a shared-memory slot), so every placed array must be
+        a copy: on the CPU jax.device_put may alias a numpy array's memory instead of copying it."""
+        if len(self.specs) != len(arrays):
+            raise WeightSyncError(f"weight set has {len(arrays)} arrays, the model has {len(self.specs)}")
+        for i, ((shape, dtype), new) in enumerate(zip(self.specs, arrays)):
+            if shape != new.shape or dtype != new.dtype:
+                raise WeightSyncError(f"weight #{i}: got {new.dtype}{list(new.shape)}, the model has {dtype}{list(shape)}")
+        if self.shardings is not None:  # one batched transfer; a lent array's copy becomes its buffer
+            placed = jax.device_put([np.array(a) if lent else a for a in arrays], self.shardings)
+        else:  # jax.device_put of a fresh copy: the copy is the buffer; jnp.asarray copies plain arrays itself
+            placed = [jax.device_put(np.array(a)) if lent else jax.numpy.asarray(a) for a in arrays]
+        return jax.block_until_ready(eqx.combine(jax.tree_util.tree_unflatten(self.treedef, placed), self.static))
+
+
+def arrays_into_model(template: Any, arrays: list[np.ndarray], mesh: Any = None, lent: bool = False) -> Any:
+    """A copy of `template` carrying `arrays` (see WeightPlacement, for a worker that places weights every step)."""
+    return WeightPlacement(template, mesh).model(arrays, lent)
 
 
 class Channel:
