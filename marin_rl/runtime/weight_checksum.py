@@ -18,7 +18,7 @@ import numpy as np
 import xxhash
 
 # Small enough that a 4M-parameter model (16 MiB of f32) splits evenly over a few cores, large enough that each
-# piece's Python work stays well under 1% of hashing it.
+# piece's Python work (a few microseconds) is small next to hashing its bytes (~0.1 ms at xxh3's speed here).
 CHECKSUM_PIECE_BYTES = 1 << 21
 
 

@@ -93,7 +93,9 @@ class WeightPlacement:
             raise WeightSyncError(f"weight set has {len(arrays)} arrays, the model has {len(self.specs)}")
         for i, ((shape, dtype), new) in enumerate(zip(self.specs, arrays)):
             if shape != new.shape or dtype != new.dtype:
-                raise WeightSyncError(f"weight #{i}: got {new.dtype}{list(new.shape)}, the model has {dtype}{list(shape)}")
+                raise WeightSyncError(
+                    f"weight #{i}: got {new.dtype}{list(new.shape)}, the model has {dtype}{list(shape)}"
+                )
         if self.shardings is not None:  # one batched transfer; a lent array's copy becomes its buffer
             placed = jax.device_put([np.array(a) if lent else a for a in arrays], self.shardings)
         else:  # jax.device_put of a fresh copy: the copy is the buffer; jnp.asarray copies plain arrays itself
@@ -225,7 +227,8 @@ class SharedMemoryChannel(Channel):
     under a shared flock, held while it places the weights (`fetched`), so the trainer never overwrites weights
     being read. A slot still read when its turn comes is unlinked and recreated (the reader keeps its inode), so
     the trainer never waits for a worker. Slots are reused, so after the first round their pages are already
-    mapped: a publish is one memcpy, each piece hashed as it lands (weight_checksum.py), where `ray.put` faults fresh object-store pages every time.
+    mapped: a publish is one memcpy, each piece hashed as it lands (weight_checksum.py), where `ray.put` faults
+    fresh object-store pages every time.
     One node only: RunSpec refuses it with ray.address, where workers may sit on other nodes.
     """
 
