@@ -324,6 +324,24 @@ def test_waves_requests_and_no_recompiles(model_a, tok):
     assert s.compile_events == []
 
 
+def test_samples_do_not_depend_on_the_decode_chunk(model_a, tok, prompts):
+    # each step draws with fold_in(wave key, slot): sampler.decode_chunk changes speed and swap points, not tokens
+    tokens = {}
+    for chunk in (8, 3):
+        s = Sampler(model_a, tok, sampler_cfg(decode_chunk=chunk), MAX_SEQ_LEN, version=0, seed=5)
+        tokens[chunk] = [c.tokens for _, c in _rows(prompts, s.generate(prompts, 2, key=jax.random.PRNGKey(7)))]
+    assert tokens[8] == tokens[3]
+    assert len({tuple(t) for t in tokens[8]}) > len(prompts)  # the answers to one prompt really differ
+
+
+def test_waves_of_one_call_draw_independently(model_a, tok):
+    # 16 rows of one prompt with max_batch 8: two waves of identical rows; the wave index enters their keys
+    s = Sampler(model_a, tok, sampler_cfg(), MAX_SEQ_LEN, max_batch=8, seed=6)
+    (answers,) = s.generate([tok("ab")["input_ids"]], 16, key=jax.random.PRNGKey(3))
+    first, second = [c.tokens for c in answers[:8]], [c.tokens for c in answers[8:]]
+    assert first != second
+
+
 def test_bad_inputs(model_a, tok):
     s = Sampler(model_a, tok, sampler_cfg(), MAX_SEQ_LEN)
     with pytest.raises(ValueError, match="max_seq_len=64"):

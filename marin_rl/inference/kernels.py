@@ -56,7 +56,7 @@ class StepOutput(NamedTuple):
 class Kernels(NamedTuple):
     fill: Callable  # (model, tokens, pad, cache, *, length) -> cache
     fill_shared: Callable  # (model, tokens_U, pad_U, cache_U, prompt_of_B, *, length) -> cache of B rows
-    decode_chunk: Callable  # (model, state, key, params, *, num_steps) -> (state, StepOutput)
+    decode_chunk: Callable  # (model, state, wave key, params, *, num_steps) -> (state, StepOutput)
     grow: Callable  # (cache, *, num_slots) -> cache with zero slots appended
 
 
@@ -119,8 +119,9 @@ def decode_chunk(
 
     A while_loop rather than a scan: it stops as soon as every row has finished, and unlike a lax.cond around
     each step it never copies the KV cache (a cond-in-scan version ran 3x slower on the CPU).
+    `key` is the wave's key; each step draws with fold_in(key, slot it feeds), so the tokens do not depend on how
+    the steps are cut into chunks (sampler.decode_chunk changes speed and swap points, not the samples).
     """
-    keys = jax.random.split(key, num_steps)
     B = state.done.shape[0]
     out0 = StepOutput(
         tokens=jnp.full((num_steps, B), params.pad_id, jnp.int32),
@@ -138,7 +139,8 @@ def decode_chunk(
         i, st, out = carry
         tok_in = jax.lax.dynamic_slice_in_dim(st.tokens, st.cur, 1, axis=1)[:, 0]
         logits, cache = decode_step(model, tok_in, st.cur, st.pad, st.cache)
-        choice = choose_tokens(logits, keys[i], params.temperature, params.greedy, params.top_k, params.top_p)
+        step_key = jax.random.fold_in(key, st.cur)
+        choice = choose_tokens(logits, step_key, params.temperature, params.greedy, params.top_k, params.top_p)
         active = ~st.done
         tok = jnp.where(active, choice.tokens, params.pad_id)
         tokens = jax.lax.dynamic_update_slice(st.tokens, tok[:, None], (0, st.cur + 1))

@@ -330,6 +330,8 @@ class Sampler:
             tokens=tokens_BS, pad=pad_B, cur=cur, gen_start=gen_start, done=done_B, cache=cache,
         )
         rows = WaveRows(len(wave.prompts), wave.max_new, self.cfg.stop, self._decode_text)
+        wave_key = jax.random.fold_in(key, progress.waves)  # the waves of one call draw independent tokens
+        progress.waves += 1
         cur = packed.prompt_end - 1
         while True:
             version = self._version  # weights of this chunk: swaps only happen below, between chunks
@@ -337,7 +339,7 @@ class Sampler:
             slots = state.cache.num_slots
             state, out = self._timed(
                 "decode_chunk", self._kernels.decode_chunk, f"batch={B} slots={slots} steps={self.cfg.decode_chunk}",
-                self._model, state, jax.random.fold_in(key, progress.chunks), params,
+                self._model, state, wave_key, params,
                 num_steps=self.cfg.decode_chunk,
             )
             out = jax.device_get(out)
