@@ -30,7 +30,10 @@ VLLM_RUN = [
 
 @pytest.mark.parametrize("mode", ["sync", "inflight"])
 def test_rl_with_vllm_rollouts_learns(tmp_path, mode):
-    out = launch(*VLLM_RUN, f"rollout.mode={mode}", f"hydra.run.dir={tmp_path}", timeout=850)
+    # in-flight: 4-step chunks, so weights can arrive inside the quickstart's <= 16-token answers (the default
+    # 16-step chunk would decode most answers in one chunk)
+    chunk = ["sampler.decode_chunk=4"] if mode == "inflight" else []
+    out = launch(*VLLM_RUN, f"rollout.mode={mode}", *chunk, f"hydra.run.dir={tmp_path}", timeout=850)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     result = summary(tmp_path)
     before, after = result["eval_before_rl"]["pass_at_1"], result["eval_after_rl"]["pass_at_1"]

@@ -25,7 +25,7 @@ class SamplerConfig(StrictModel):
     greedy: bool = False
     max_new_tokens: int = Field(32, gt=0)
     stop: list[str] = []
-    decode_chunk: int = Field(8, gt=0)
+    decode_chunk: int = Field(16, gt=0)
     eval_temperature: float = Field(1.0, ge=0.0)
     eval_max_new_tokens: int | None = Field(None, gt=0)
 
