@@ -1,6 +1,6 @@
 """The levanter sampler: exact log-probs vs the trainer, in-flight weight swaps with per-token versions, top-k/top-p,
-greedy, stops, fixed compiled shapes. All tests share one batch bucket (8 rows) and one decode chunk length, so
-the decoder compiles once per model shape for the whole module."""
+greedy, stops, fixed compiled shapes. All tests share one batch bucket (8 rows) and one decode chunk length (but
+the chunk-independence test, which adds a second), so the decoder compiles once or twice per model shape."""
 
 from __future__ import annotations
 
