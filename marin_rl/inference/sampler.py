@@ -273,7 +273,7 @@ class Sampler:
         generated = 0
         with self._generate_lock:
             progress = WaveProgress()
-            for start in range(0, len(rows), self.max_batch):
+            for wave_index, start in enumerate(range(0, len(rows), self.max_batch)):
                 wave_rows = rows[start : start + self.max_batch]
                 wave = WaveRequest(
                     prompts=[prompt_list[pi] for pi, _ in wave_rows],
@@ -282,7 +282,8 @@ class Sampler:
                     on_chunk=on_chunk,
                     last=start + self.max_batch >= len(rows),
                 )
-                for (pi, j), comp in zip(wave_rows, self._generate_wave(wave, params, key, progress)):
+                wave_key = jax.random.fold_in(key, wave_index)  # the waves of one call draw independent tokens
+                for (pi, j), comp in zip(wave_rows, self._generate_wave(wave, params, wave_key, progress)):
                     results[pi][j] = comp
                     generated += len(comp.tokens)
         seconds = time.perf_counter() - t0
@@ -311,7 +312,7 @@ class Sampler:
         return out
 
     def _generate_wave(
-        self, wave: WaveRequest, params: kernels.DecodeParams, key: jax.Array, progress: WaveProgress,
+        self, wave: WaveRequest, params: kernels.DecodeParams, wave_key: jax.Array, progress: WaveProgress,
     ) -> list[Completion]:
         """One wave of <= max_batch rows: prefill, then the device loop of decode chunks with swaps in between."""
         packed = pack_prompts(wave.prompts, self._batch_bucket(len(wave.prompts)), self.max_seq_len, self.pad_id)
@@ -330,8 +331,6 @@ class Sampler:
             tokens=tokens_BS, pad=pad_B, cur=cur, gen_start=gen_start, done=done_B, cache=cache,
         )
         rows = WaveRows(len(wave.prompts), wave.max_new, self.cfg.stop, self._decode_text)
-        wave_key = jax.random.fold_in(key, progress.waves)  # the waves of one call draw independent tokens
-        progress.waves += 1
         cur = packed.prompt_end - 1
         while True:
             version = self._version  # weights of this chunk: swaps only happen below, between chunks

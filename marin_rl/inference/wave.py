@@ -48,9 +48,8 @@ class WaveRequest:
 
 @dataclass
 class WaveProgress:
-    """Counters over all waves of one generate() call (`waves` also seeds each wave's key: fold_in(key, waves))."""
+    """Counters over all waves of one generate() call."""
 
-    waves: int = 0
     chunks: int = 0
     row_steps: int = 0  # decoded rows x decode steps, finished rows included
     swaps: int = 0  # weight swaps applied between chunks
