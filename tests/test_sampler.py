@@ -190,6 +190,21 @@ def test_kv_cache_grows_with_the_sequences_and_stays_exact(model_a, model_b, tok
         assert len(c.tokens) <= chunk or np.max(np.abs(np.asarray(c.logprobs[chunk:]) - b[chunk:])) < TOL
 
 
+def test_set_weights_takes_host_arrays_and_other_float_dtypes(model_a, model_b, tok, prompts):
+    """A pulled weight set arrives as host arrays, a trainer's may be bf16: both are placed, cast to the sampler's
+    dtype and laid out by the one compiled program; host arrays decode exactly as the device model they copy."""
+    import equinox as eqx
+
+    s = Sampler(model_a, tok, sampler_cfg(), MAX_SEQ_LEN, version=0, seed=2)
+    s.set_weights(jax.tree.map(lambda x: np.asarray(x) if eqx.is_array(x) else x, model_b), 1)
+    rows = _rows(prompts, s.generate(prompts, 2, key=jax.random.PRNGKey(0)))
+    assert {c.max_version for _, c in rows} == {1}
+    assert max_abs_diff(model_b, rows, 1.0) < TOL
+    s.set_weights(jax.tree.map(lambda x: x.astype(jnp.bfloat16) if eqx.is_array(x) else x, model_b), 2)
+    s.generate(prompts[:1], 1, key=jax.random.PRNGKey(0))
+    assert {x.dtype for x in jax.tree.leaves(eqx.filter(s.model, eqx.is_array))} == {jnp.dtype(jnp.float32)}
+
+
 def test_weight_swap_keep_cache_continues_on_old_kv(model_a, model_b, tok, prompts):
     # re-publishing the same weights as a new version: the kept cache is still exact, only the versions move on
     s = Sampler(model_a, tok, sampler_cfg(max_new_tokens=20), MAX_SEQ_LEN, kv_on_swap="keep", seed=3)

@@ -59,26 +59,6 @@ def weight_shardings(template: Any, mesh: Mesh) -> Any:
                                                       mesh=mesh)
 
 
-# (tree structure, array shapes and dtypes, mesh) -> the arrays' NamedShardings: inferring them walks the whole
-# model, the slowest part of placing a small model's weights, and a sampler places the same structure every swap
-_SHARDINGS_SEEN: dict[tuple, list] = {}
-
-
-def shard_model(model: Any, mesh: Mesh) -> Any:
-    """A model already in memory, moved onto the mesh (device arrays reshard device to device; arrays already on
-    their shards stay where they are)."""
-    leaves, treedef = jax.tree.flatten(model)
-    at = [i for i, x in enumerate(leaves) if eqx.is_array(x)]
-    key = (treedef, tuple((leaves[i].shape, leaves[i].dtype) for i in at), mesh)
-    shardings = _SHARDINGS_SEEN.get(key)
-    if shardings is None:
-        shardings = jax.tree.leaves(weight_shardings(eqx.filter(model, eqx.is_array), mesh))
-        _SHARDINGS_SEEN[key] = shardings
-    for i, placed in zip(at, jax.device_put([leaves[i] for i in at], shardings), strict=True):
-        leaves[i] = placed
-    return jax.tree.unflatten(treedef, leaves)
-
-
 def cache_sharding(mesh: Mesh) -> NamedSharding:
     """KV cache k [batch, kv_head, head_size, slot] and v [batch, kv_head, slot, head_size]: rows over the batch
     axes, kv heads over `model`."""

@@ -39,34 +39,31 @@ token is kept and finish_reason is "stop", else "length" after max_new_tokens.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from marin_rl.inference import kernels
-from marin_rl.inference.decoder import check_supported, decode_layout, init_cache
+from marin_rl.inference.decoder import check_supported, init_cache
 from marin_rl.inference.mesh_placement import (
     check_model_splits,
     replicated,
     row_split,
     rows_sharding,
-    shard_model,
     single_device_mesh,
     weight_devices,
-    weight_shardings,
 )
 from marin_rl.inference.requests import check_generation, normalize_prompts
 from marin_rl.inference.stops import eos_token_ids
 from marin_rl.inference.types import Completion, SampleRequest
 from marin_rl.inference.wave import WaveProgress, WaveRequest, WaveRows, pack_prompts
+from marin_rl.inference.weight_layout import WeightLayout
 from marin_rl.training.batch import length_bucket
 from marin_rl.training.mesh import compute_scope
 
@@ -99,42 +96,6 @@ def _pow2_bucket(n: int, lo: int, hi: int) -> int:
     while b < n:
         b *= 2
     return min(b, hi)
-
-
-def _on_mesh(model: Any, mesh: "Mesh", dtype) -> Any:
-    """The model's arrays on their shards of `mesh` (numpy leaves would be re-sent every chunk), floating ones cast
-    to dtype (shard by shard: the cast keeps the placement), laid out once for the decode loop
-    (inference/decoder.py decode_layout)."""
-    return _layout_program(mesh, jnp.dtype(dtype))(shard_model(model, mesh))
-
-
-@functools.cache
-def _layout_program(mesh: "Mesh", dtype) -> Callable[[Any], Any]:
-    """One compiled program that casts and lays out placed weights, each output on its weight sharding.
-
-    Why: run eagerly, the cast and decode_layout's slices and transposes were ~40 dispatches per weight swap; one
-    program does the same copies in one call (docs/benchmarks.md "Stop 31": the 4M weight pull went from
-    0.025-0.031 s to 0.021 s).
-    The shardings are pinned (not inferred) so every swap hands the decode kernels the very same placement.
-    """
-
-    def cast(x):
-        if not eqx.is_array(x):
-            return x
-        return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype else x
-
-    @eqx.filter_jit
-    def layout(model):
-        params, static = eqx.partition(decode_layout(jax.tree.map(cast, model)), eqx.is_array)
-        return eqx.combine(jax.lax.with_sharding_constraint(params, weight_shardings(params, mesh)), static)
-
-    return layout
-
-
-def _signature(model) -> tuple:
-    """Tree structure + leaf shapes/dtypes: equal signatures reuse the compiled programs."""
-    leaves, treedef = jax.tree.flatten(model)
-    return treedef, tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x)))) for x in leaves)
 
 
 class Sampler:
@@ -175,8 +136,8 @@ class Sampler:
             raise ValueError(f"max_batch={max_batch} must be >= 1")
         self.kv_on_swap = kv_on_swap
         self.compute_dtype = jnp.dtype(compute_dtype)
-        self._model = _on_mesh(model, self.mesh, self.compute_dtype)
-        self._signature = _signature(self._model)
+        self._layout = WeightLayout(model, self.mesh, self.compute_dtype)
+        self._model = self._layout(model)
         self._version = int(version)
         self._pending: tuple[Any, int] | None = None
         self._weights_lock = threading.Lock()
@@ -216,13 +177,7 @@ class Sampler:
 
     def set_weights(self, model, version: int) -> None:
         """Queue new weights (same shapes) for the next chunk boundary; thread-safe; the latest call wins."""
-        model = _on_mesh(model, self.mesh, self.compute_dtype)
-        sig = _signature(model)
-        if sig != self._signature:
-            raise ValueError(
-                "set_weights: the new model's structure or parameter shapes/dtypes differ from the sampler's "
-                "(a swap must not change shapes; build a new Sampler for a different model)"
-            )
+        model = self._layout(model)
         with self._weights_lock:
             self._pending = (model, int(version))
 

@@ -76,14 +76,14 @@ class WeightPlacement:
     sharding inference cost more than placing a 0.15M-parameter model's arrays (docs/benchmarks.md, stop 32)."""
 
     def __init__(self, template: Any, mesh: Any = None):
-        params, self.static = eqx.partition(template, is_weight)
-        leaves, self.treedef = jax.tree_util.tree_flatten(params)
-        self.specs = [(x.shape, x.dtype) for x in leaves]
+        self.leaves, self.treedef = jax.tree_util.tree_flatten(template)  # arrays' slots refilled at each call
+        self.arrays_at = [i for i, x in enumerate(self.leaves) if is_weight(x)]
+        self.specs = [(self.leaves[i].shape, self.leaves[i].dtype) for i in self.arrays_at]
         self.shardings = None
         if mesh is not None:
             from marin_rl.inference.mesh_placement import weight_shardings
 
-            self.shardings = jax.tree_util.tree_leaves(weight_shardings(params, mesh))
+            self.shardings = jax.tree_util.tree_leaves(weight_shardings(eqx.filter(template, is_weight), mesh))
 
     def model(self, arrays: list[np.ndarray], lent: bool = False) -> Any:
         """The model carrying `arrays`; every shape and dtype must match (else WeightSyncError).
@@ -100,7 +100,11 @@ class WeightPlacement:
             placed = jax.device_put([np.array(a) if lent else a for a in arrays], self.shardings)
         else:  # jax.device_put of a fresh copy: the copy is the buffer; jnp.asarray copies plain arrays itself
             placed = [jax.device_put(np.array(a)) if lent else jax.numpy.asarray(a) for a in arrays]
-        return jax.block_until_ready(eqx.combine(jax.tree_util.tree_unflatten(self.treedef, placed), self.static))
+        leaves = list(self.leaves)
+        for i, x in zip(self.arrays_at, jax.block_until_ready(placed), strict=True):
+            leaves[i] = x
+        # a flat refill of the template's leaves: eqx.partition/combine walked the Haliax tree at every pull
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
 
 def arrays_into_model(template: Any, arrays: list[np.ndarray], mesh: Any = None, lent: bool = False) -> Any:
