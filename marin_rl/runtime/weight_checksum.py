@@ -1,10 +1,10 @@
-"""The checksum a weight packet carries, computed on every core of the host.
+"""The checksum a weight packet carries, computed on every core of the host when the weights are large.
 
 A weight set's checksum is xxh3-64 over each array's dtype and shape, then the xxh3-64 digests of its bytes cut
 into CHECKSUM_PIECE_BYTES pieces, in order. Hashing piece by piece lets the host's cores share the work (xxhash's
 update and np.copyto release the GIL on large buffers), and lets a publisher copy a piece and hash the copy while it
 is still in cache (`copy_with_checksum`): the checksum then vouches for the bytes a reader will see, not only for
-their source. The value does not depend on the number of cores.
+their source. The value does not depend on the number of cores, nor on whether the pool is used.
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ import xxhash
 # Small enough that a 4M-parameter model (16 MiB of f32) splits evenly over a few cores, large enough that each
 # piece's Python work (a few microseconds) is small next to hashing its bytes (~0.1 ms at xxh3's speed here).
 CHECKSUM_PIECE_BYTES = 1 << 21
+# Below this many bytes a weight set is hashed (and copied) on the calling thread: waking the pool's threads, idle
+# between steps, cost more than they saved (2-core VM, medians of 40 publishes 50 ms apart, publish + fetch:
+# 0.15M 2.6 -> 1.9 ms and 4M 7.5 -> 6.6 ms inline; at 20M the pool still wins, 20.2 against 25.1 ms; docs/benchmarks.md
+# "Stop 35").
+PARALLEL_MIN_BYTES = 1 << 25
 
 
 def host_cores() -> int:
@@ -54,9 +59,10 @@ def _copy_then_digest(job: tuple[np.ndarray, np.ndarray]) -> bytes:
 
 def _in_parallel(fn: Callable, jobs: list, sizes: list[int]) -> list:
     """[fn(job) for job in jobs], the list cut into one run of consecutive jobs of about equal size per core (one
-    task per core: a task per piece costs more in dispatch than a small model takes to hash)."""
+    task per core: a task per piece costs more in dispatch than a small model takes to hash); on this thread when
+    the jobs hold fewer than PARALLEL_MIN_BYTES."""
     cores = min(host_cores(), len(jobs))
-    if cores <= 1:
+    if cores <= 1 or sum(sizes) < PARALLEL_MIN_BYTES:
         return [fn(j) for j in jobs]
     ends = np.searchsorted(np.cumsum(sizes), np.arange(1, cores) * sum(sizes) / cores, side="right")
     runs = np.split(np.arange(len(jobs)), ends)
