@@ -120,7 +120,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, nargs="+", default=[32, 64], help="rows per batch (multiple of 8)")
     ap.add_argument("--new-tokens", type=int, default=100, help="new tokens per row")
-    ap.add_argument("--chunk", type=int, default=8, help="decode steps per chunk (sampler.decode_chunk)")
+    ap.add_argument("--chunk", type=int, default=SamplerConfig.model_fields["decode_chunk"].default,
+                    help="decode steps per jitted chunk (sampler.decode_chunk; default: the config's, %(default)s)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--levanter-engine", action="store_true", help="also time Levanter's InferenceEngine")
     args = ap.parse_args()

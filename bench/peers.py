@@ -230,7 +230,7 @@ def table(res: dict, args) -> str:
         lines.append(sampler_line(
             "ours / HF generate", name, o, h,
             f"{args.rows} rows x {args.new_tokens} new tokens, mean length {fmt(o and o['mean_len'])} / "
-            f"{fmt(h and h['mean_len'])}",
+            f"{fmt(h and h['mean_len'])}; decode chunks of {o and o['decode_chunk']} steps",
         ))
     for name in SIZES:
         o, h = res["sampler"]["ours_rows_split"].get(name), res["sampler"]["hf"].get(name)

@@ -52,6 +52,7 @@ def decode_rate(
         "params": count_params(model),
         "rows": len(prompts) * n,
         "rows_split": rows_split,
+        "decode_chunk": chunk,
         "tokens_per_s": best["tokens_per_s"],
         "tokens": best["tokens"],
         "seconds": best["seconds"],
@@ -65,7 +66,8 @@ def main() -> None:
     ap.add_argument("folders", nargs="+", help="HF export folders (marin_rl.models.hf_io.export_hf)")
     ap.add_argument("--prompts", required=True, help="JSON: {'prompt_ids': [[int, ...], ...], 'n': rows per prompt}")
     ap.add_argument("--new-tokens", type=int, required=True)
-    ap.add_argument("--chunk", type=int, default=8, help="decode steps per jitted chunk (sampler.decode_chunk)")
+    ap.add_argument("--chunk", type=int, default=SamplerConfig.model_fields["decode_chunk"].default,
+                    help="decode steps per jitted chunk (sampler.decode_chunk; default: the config's, %(default)s)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--malloc-hugepages", choices=["on", "off"], default="on",
                     help="hardware.malloc_hugepages, as a rollout worker starts (conf/hardware/cpu.yaml: on)")
