@@ -45,6 +45,16 @@ class Rollout:
 class RolloutGroup:
     rollouts: tuple[Rollout, ...]
 
+    def __reduce__(self):
+        """Pickled as one array per field of its rollouts: Ray pickles a worker's groups on every shipment, and four
+        small arrays per rollout made 32 rollouts take ~1.4 ms to pickle (~0.3 ms packed, docs/benchmarks.md
+        "Stop 35")."""
+        rs = self.rollouts
+        arrays = tuple(np.concatenate([getattr(r, name) for r in rs]) for name in _ARRAY_FIELDS)
+        lengths = np.array([[len(r.prompt_tokens), len(r.response_tokens)] for r in rs], np.int64).reshape(-1, 2)
+        scalars = tuple([getattr(r, name) for r in rs] for name in _SCALAR_FIELDS)
+        return _unpack_group, (arrays, lengths, scalars)
+
     @property
     def env(self) -> str:
         return self.rollouts[0].env
@@ -64,3 +74,23 @@ class RolloutGroup:
 def staleness(group: RolloutGroup, trainer_version: int) -> int:
     """Trainer steps between the oldest token of the group and the weights about to be updated."""
     return trainer_version - group.min_version
+
+
+_ARRAY_FIELDS = ("prompt_tokens", "response_tokens", "sampler_logp", "versions")
+_SCALAR_FIELDS = ("problem_id", "env", "reward", "correct", "format_ok", "truncated")
+
+
+def _unpack_group(arrays: tuple[np.ndarray, ...], lengths: np.ndarray, scalars: tuple[list, ...]) -> RolloutGroup:
+    """The group RolloutGroup.__reduce__ packed; each rollout's arrays are views of the packed ones. Built as pickle
+    builds a dataclass (a new object, then its fields), at a third of the cost of 32 frozen-dataclass __init__s."""
+    prompts, responses, logps, versions = arrays
+    rollouts = []
+    p0 = r0 = 0
+    for (P, R), values in zip(lengths.tolist(), zip(*scalars)):
+        rollout = object.__new__(Rollout)
+        rollout.__dict__.update(zip(_SCALAR_FIELDS, values))
+        rollout.__dict__.update(prompt_tokens=prompts[p0 : p0 + P], response_tokens=responses[r0 : r0 + R],
+                                sampler_logp=logps[r0 : r0 + R], versions=versions[r0 : r0 + R])
+        rollouts.append(rollout)
+        p0, r0 = p0 + P, r0 + R
+    return RolloutGroup(tuple(rollouts))

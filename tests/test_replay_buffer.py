@@ -63,3 +63,29 @@ def test_a_batch_never_draws_the_same_group_twice():
     assert drawn == [first]
     assert buf.sample(1, 0, timeout_s=0, exclude=drawn) == [second]
     assert buf.sample(2, 0, timeout_s=0, exclude=drawn) is None  # only one group is not drawn yet
+
+
+def test_a_group_pickles_to_the_same_rollouts():
+    """Ray pickles every shipment of groups; the packed form must give back every field exactly (dtypes, values,
+    an empty response, per-rollout prompts and lengths)."""
+    import pickle
+
+    import numpy as np
+    from rollout_helpers import rollout
+
+    from marin_rl.rollouts import RolloutGroup
+
+    sent = RolloutGroup((
+        rollout(versions=(3, 4, 4), reward=1.0, prompt=(1, 2, 3), pid="p1"),
+        rollout(versions=(), reward=0.0, prompt=(7,), truncated=True, pid="p2"),
+        rollout(versions=(5,), reward=0.5, prompt=(8, 9), pid="p3"),
+    ))
+    got = pickle.loads(pickle.dumps(sent))
+    assert len(got) == len(sent)
+    for a, b in zip(sent.rollouts, got.rollouts, strict=True):
+        assert (a.problem_id, a.env, a.reward, a.correct, a.format_ok, a.truncated) == (
+            b.problem_id, b.env, b.reward, b.correct, b.format_ok, b.truncated)
+        for name in ("prompt_tokens", "response_tokens", "sampler_logp", "versions"):
+            x, y = getattr(a, name), getattr(b, name)
+            assert x.dtype == y.dtype and np.array_equal(x, y), name
+    assert (got.min_version, got.rollouts[0].spans_versions) == (sent.min_version, True)
