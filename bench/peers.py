@@ -7,12 +7,14 @@ Steps (each side in its own subprocess; peer scripts run in .venv-peers and neve
 1. export random tiny Llamas of ~0.15M, ~4M and ~20M parameters with marin_rl.models.hf_io.export_hf;
 2. sampler tokens/s: bench/peers_ours_sampler.py (our Sampler) vs bench/peers_hf_generate.py (HF generate),
    batch 32 x 128 new tokens, EOS not a stop on either side; ours once more with the rows split over 2 simulated
-   CPU devices (hardware.rollout_mesh.data=2, --sampler-rows-split);
+   CPU devices (hardware.rollout_mesh.data=2, --sampler-rows-split) and once with the weights split over 2
+   (hardware.rollout_mesh.model=2, tensor parallel, --sampler-weights-split);
 3. RL steps/s and sampled tokens/s: `launch.py recipe=quickstart` with overrides (GRPO without KL, no SFT,
    4 prompts x 8 generations, 32 new tokens, weights from the export) vs bench/peers_trl_grpo.py (TRL
    GRPOTrainer, same settings, the same mock reverse task and exact-match reward), mean answer lengths reported;
    ours once in rollout.mode=sync (on-policy, as TRL) and once in rollout.mode=one_step_off (sampling pipelined
-   with training, rollouts one version old: a different algorithm, so its own row);
+   with training, rollouts one version old: a different algorithm, so its own row); at --rl-weights-split-sizes
+   (4M) once more in sync mode with the sampler's weights over 2 CPU devices (hardware.rollout_mesh.model=2);
 4. weight sync: bench/peers_weight_sync.py (object store, shared-memory and file channels: publish + fetch vs a memcpy);
 5. in-flight vs sync: the same launch.py run with rollout.mode=sync and =inflight and longer answers.
 Sides alternate (ours first for one size, the peer first for the next). The table goes to stdout and to
@@ -168,7 +170,8 @@ def write_inputs(out: Path, seed: int, n_problems: int, rows: int) -> tuple[Path
     return prompts, problems
 
 
-def launch_overrides(args, folder: str, shape: dict, run_dir: Path, steps: int, new_tokens: int, mode: str) -> list[str]:
+def launch_overrides(args, folder: str, shape: dict, run_dir: Path, steps: int, new_tokens: int, mode: str,
+                     extra: tuple[str, ...] = ()) -> list[str]:
     """launch.py overrides: the quickstart recipe as an RL-only GRPO run of the exported weights."""
     return [
         "recipe=quickstart", "sft.warmstart=false", "loss=grpo", "loss.kl.coef=0",
@@ -179,14 +182,15 @@ def launch_overrides(args, folder: str, shape: dict, run_dir: Path, steps: int, 
         f"model.init_checkpoint={folder}", "model.max_seq_len=128",
         *(f"model.{key}={value}" for key, value in shape.items()),
         f"model.num_kv_heads={shape['num_heads']}",
-        f"hydra.run.dir={run_dir}",
+        f"hydra.run.dir={run_dir}", *extra,
     ]
 
 
 def ours_rl(runner: Runner, args, name: str, folder: str, run_dir: Path, steps: int, new_tokens: int,
-            mode: str) -> dict | None:
-    """One launch.py run; its steady-state rates from metrics.jsonl (None if it failed)."""
-    cmd = [sys.executable, "launch.py", *launch_overrides(args, folder, SIZES[name], run_dir, steps, new_tokens, mode)]
+            mode: str, extra: tuple[str, ...] = ()) -> dict | None:
+    """One launch.py run (`extra`: more overrides); its steady-state rates from metrics.jsonl (None if it failed)."""
+    cmd = [sys.executable, "launch.py",
+           *launch_overrides(args, folder, SIZES[name], run_dir, steps, new_tokens, mode, extra)]
     runner.run(run_dir.name, cmd, ours_env())
     metrics = run_dir / "metrics.jsonl"
     if not metrics.exists():
@@ -239,6 +243,14 @@ def table(res: dict, args) -> str:
                 f"ours, rows over {o['rows_split']} CPU devices / HF generate", name, o, h,
                 f"hardware.rollout_mesh.data={o['rows_split']}: one simulated device per core, same rows",
             ))
+    for name in SIZES:
+        o, h = res["sampler"]["ours_weights_split"].get(name), res["sampler"]["hf"].get(name)
+        if o is not None:
+            lines.append(sampler_line(
+                f"ours, weights over {o['weights_split']} CPU devices / HF generate", name, o, h,
+                f"hardware.rollout_mesh.model={o['weights_split']}: heads, MLP width and vocabulary split "
+                "(tensor parallel), same rows",
+            ))
     for name in args.rl_sizes:
         o, t = res["rl"]["ours"].get(name), res["rl"]["trl"].get(name)
         lines.append(
@@ -261,6 +273,15 @@ def table(res: dict, args) -> str:
                 f"| ours sampled one version behind (max staleness {fmt(p and p['max_staleness'])}), TRL on-policy; "
                 f"train {fmt(p and p['train_s_per_step'], 3)} s/step overlapping sample "
                 f"{fmt(p and p['sample_s_per_step'], 3)} s/step |"
+            )
+        if name in res["rl"]["weights_split"]:
+            p = res["rl"]["weights_split"][name]
+            lines.append(
+                f"| RL steps/s (ours, sampler weights over {args.rl_weights_split} CPU devices / TRL GRPOTrainer) "
+                f"| {name} | {fmt(p and p['steps_per_s'], 2)} | {fmt(t and t['steps_per_s'], 3)} "
+                f"| {ratio(p and p['steps_per_s'], t and t['steps_per_s'])} "
+                f"| sync (on-policy, as TRL), hardware.rollout_mesh.model={args.rl_weights_split}; sample "
+                f"{fmt(p and p['sample_s_per_step'], 3)} s + train {fmt(p and p['train_s_per_step'], 3)} s per step |"
             )
     for name, w in res["weight_sync"].items():
         for channel in ("object_store", "shared_memory", "files"):
@@ -291,12 +312,19 @@ def main() -> None:
     ap.add_argument("--sampler-rows-split", type=int, default=2,
                     help="also time our sampler with its rows split over this many simulated CPU devices "
                     "(hardware.rollout_mesh.data; 1 = leave that row out)")
+    ap.add_argument("--sampler-weights-split", type=int, default=2,
+                    help="also time our sampler with its weights split over this many simulated CPU devices "
+                    "(hardware.rollout_mesh.model, tensor parallel; 1 = leave that row out)")
     ap.add_argument("--prompts-per-step", type=int, default=4, help="RL prompts per step")
     ap.add_argument("--generations", type=int, default=8, help="RL answers per prompt")
     ap.add_argument("--rl-new-tokens", type=int, default=32, help="RL answer cap")
     ap.add_argument("--rl-sizes", nargs="+", default=["0.15M", "4M"], choices=list(SIZES))
     ap.add_argument("--one-step-off", action=argparse.BooleanOptionalAction, default=True,
                     help="also run ours in rollout.mode=one_step_off (its own row: rollouts one version old)")
+    ap.add_argument("--rl-weights-split", type=int, default=2,
+                    help="hardware.rollout_mesh.model of the extra sync RL run at --rl-weights-split-sizes")
+    ap.add_argument("--rl-weights-split-sizes", nargs="*", default=["4M"], choices=list(SIZES),
+                    help="RL sizes that also run with the sampler's weights split (none: leave the row out)")
     ap.add_argument("--ours-steps", type=int, default=10, help="marin-rl RL steps per run")
     ap.add_argument("--trl-steps", type=int, default=5, help="TRL steps per run (each costs seconds)")
     ap.add_argument("--warmup", type=int, default=2, help="first RL steps left out of the timing (compiles)")
@@ -321,7 +349,8 @@ def main() -> None:
                                      rows=args.rows)
     ordered = [folders[name] for name in SIZES]
     res: dict = {"args": vars(args), "stamp": stamp, "host": platform.node(), "cpus": os.cpu_count(),
-                 "sampler": {"ours": {}, "ours_rows_split": {}, "hf": {}}, "rl": {"ours": {}, "one_step_off": {}, "trl": {}}, "weight_sync": {}, "inflight": {}}
+                 "sampler": {"ours": {}, "ours_rows_split": {}, "ours_weights_split": {}, "hf": {}},
+                 "rl": {"ours": {}, "one_step_off": {}, "weights_split": {}, "trl": {}}, "weight_sync": {}, "inflight": {}}
 
     sampler_flags = ["--prompts", str(prompts), "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
     res["sampler"]["ours"] = run_sampler(runner, "sampler-ours", sys.executable, "peers_ours_sampler.py",
@@ -330,6 +359,11 @@ def main() -> None:
         res["sampler"]["ours_rows_split"] = run_sampler(
             runner, "sampler-ours-rows-split", sys.executable, "peers_ours_sampler.py",
             [*sampler_flags, "--rows-split", str(args.sampler_rows_split)], ordered, ours_env(),
+        )
+    if args.sampler_weights_split > 1:
+        res["sampler"]["ours_weights_split"] = run_sampler(
+            runner, "sampler-ours-weights-split", sys.executable, "peers_ours_sampler.py",
+            [*sampler_flags, "--weights-split", str(args.sampler_weights_split)], ordered, ours_env(),
         )
     res["sampler"]["hf"] = run_sampler(runner, "sampler-hf", args.peers_python, "peers_hf_generate.py", sampler_flags,
                                        ordered, peers_env())
@@ -344,6 +378,11 @@ def main() -> None:
                     res["rl"]["one_step_off"][name] = ours_rl(
                         runner, args, name, folders[name], out / f"ours-rl-one-step-off-{name}", args.ours_steps,
                         args.rl_new_tokens, "one_step_off",
+                    )
+                if name in args.rl_weights_split_sizes and args.rl_weights_split > 1:
+                    res["rl"]["weights_split"][name] = ours_rl(
+                        runner, args, name, folders[name], out / f"ours-rl-weights-split-{name}", args.ours_steps,
+                        args.rl_new_tokens, "sync", (f"hardware.rollout_mesh.model={args.rl_weights_split}",),
                     )
             else:
                 res["rl"]["trl"][name] = trl_rl(runner, args, name, folders[name], problems, out)
