@@ -223,6 +223,12 @@ def sampler_line(what: str, name: str, ours: dict | None, peer: dict | None, not
     return f"| sampler tokens/s ({what}) | {name} | {fmt(o)} | {fmt(p)} | {ratio(o, p)} | {notes} |"
 
 
+def rl_line(what: str, name: str, ours: dict | None, trl: dict | None, notes: str) -> str:
+    """One table row of RL steps/s, a variant of ours against TRL's sync run."""
+    o, t = ours and ours["steps_per_s"], trl and trl["steps_per_s"]
+    return f"| RL steps/s ({what} / TRL GRPOTrainer) | {name} | {fmt(o, 2)} | {fmt(t, 3)} | {ratio(o, t)} | {notes} |"
+
+
 def table(res: dict, args) -> str:
     """The markdown table of every measurement (ratios are ours / peer unless the row says otherwise)."""
     lines = [
@@ -253,12 +259,11 @@ def table(res: dict, args) -> str:
             ))
     for name in args.rl_sizes:
         o, t = res["rl"]["ours"].get(name), res["rl"]["trl"].get(name)
-        lines.append(
-            f"| RL steps/s (ours / TRL GRPOTrainer) | {name} | {fmt(o and o['steps_per_s'], 2)} "
-            f"| {fmt(t and t['steps_per_s'], 3)} | {ratio(o and o['steps_per_s'], t and t['steps_per_s'])} "
-            f"| {args.prompts_per_step} prompts x {args.generations}, <= {args.rl_new_tokens} new tokens, "
-            f"{fmt(o and o['timed_steps'])} / {fmt(t and t['timed_steps'])} timed steps |"
-        )
+        lines.append(rl_line(
+            "ours", name, o, t,
+            f"{args.prompts_per_step} prompts x {args.generations}, <= {args.rl_new_tokens} new tokens, "
+            f"{fmt(o and o['timed_steps'])} / {fmt(t and t['timed_steps'])} timed steps",
+        ))
         lines.append(
             f"| RL sampled tokens/s, end to end | {name} | {fmt(o and o['sampled_tokens_per_s'])} "
             f"| {fmt(t and t['sampled_tokens_per_s'])} "
@@ -267,22 +272,19 @@ def table(res: dict, args) -> str:
         )
         if name in res["rl"]["one_step_off"]:
             p = res["rl"]["one_step_off"][name]
-            lines.append(
-                f"| RL steps/s (ours one_step_off / TRL GRPOTrainer) | {name} | {fmt(p and p['steps_per_s'], 2)} "
-                f"| {fmt(t and t['steps_per_s'], 3)} | {ratio(p and p['steps_per_s'], t and t['steps_per_s'])} "
-                f"| ours sampled one version behind (max staleness {fmt(p and p['max_staleness'])}), TRL on-policy; "
+            lines.append(rl_line(
+                "ours one_step_off", name, p, t,
+                f"ours sampled one version behind (max staleness {fmt(p and p['max_staleness'])}), TRL on-policy; "
                 f"train {fmt(p and p['train_s_per_step'], 3)} s/step overlapping sample "
-                f"{fmt(p and p['sample_s_per_step'], 3)} s/step |"
-            )
+                f"{fmt(p and p['sample_s_per_step'], 3)} s/step",
+            ))
         if name in res["rl"]["weights_split"]:
             p = res["rl"]["weights_split"][name]
-            lines.append(
-                f"| RL steps/s (ours, sampler weights over {args.rl_weights_split} CPU devices / TRL GRPOTrainer) "
-                f"| {name} | {fmt(p and p['steps_per_s'], 2)} | {fmt(t and t['steps_per_s'], 3)} "
-                f"| {ratio(p and p['steps_per_s'], t and t['steps_per_s'])} "
-                f"| sync (on-policy, as TRL), hardware.rollout_mesh.model={args.rl_weights_split}; sample "
-                f"{fmt(p and p['sample_s_per_step'], 3)} s + train {fmt(p and p['train_s_per_step'], 3)} s per step |"
-            )
+            lines.append(rl_line(
+                f"ours, sampler weights over {args.rl_weights_split} CPU devices", name, p, t,
+                f"sync (on-policy, as TRL), hardware.rollout_mesh.model={args.rl_weights_split}; sample "
+                f"{fmt(p and p['sample_s_per_step'], 3)} s + train {fmt(p and p['train_s_per_step'], 3)} s per step",
+            ))
     for name, w in res["weight_sync"].items():
         for channel in ("object_store", "shared_memory", "files"):
             total = w[f"{channel}_publish_s"] + w[f"{channel}_fetch_s"]
