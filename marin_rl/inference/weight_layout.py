@@ -3,8 +3,8 @@ dtype, laid out by inference/decoder.py decode_layout, all in one compiled progr
 
 The program is a plain `jax.jit` over the flat list of array leaves; the tree is taken apart and put back around
 it with structures worked out once. Why: `eqx.filter_jit` split and hashed the Haliax tree and rebuilt every
-NamedArray at each call, ~3 ms of a weight swap at 0.15M parameters against ~0.5 ms for this path
-(docs/benchmarks.md "Stop 35"). Every swap lands on the very same placement (the outputs' shardings are pinned),
+NamedArray at each call: `Sampler.set_weights` of a 0.15M model took 3.9 ms that way, 1.6 ms this way (medians of
+100, docs/benchmarks.md "Stop 35"). Every swap lands on the very same placement (the outputs' shardings are pinned),
 so the decode kernels never recompile or reshard.
 """
 
@@ -38,9 +38,10 @@ class WeightLayout:
         self.dtype = jnp.dtype(dtype)
         leaves, self.treedef = jax.tree.flatten(template)
         self.arrays_at = _array_positions(leaves)
-        self.other_leaves = list(leaves)  # the array slots are filled at each call
+        at = set(self.arrays_at)  # array slots filled at each call (held empty: the template's weights may go)
+        self.other_leaves = [None if i in at else x for i, x in enumerate(leaves)]
         self.signature = self.signature_of(leaves, self.treedef)
-        self.in_shardings = jax.tree.leaves(weight_shardings(eqx.filter(template, eqx.is_array), mesh))
+        self.in_shardings = jax.tree.leaves(weight_shardings(eqx.filter(template, _is_weight), mesh))
         laid_out = eqx.filter_eval_shape(self._laid_out, [leaves[i] for i in self.arrays_at])
         out_leaves, self.out_treedef = jax.tree.flatten(laid_out)
         self.out_arrays_at = _array_positions(out_leaves)
