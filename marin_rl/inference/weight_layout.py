@@ -19,15 +19,7 @@ from jax.sharding import Mesh
 
 from marin_rl.inference.decoder import decode_layout
 from marin_rl.inference.mesh_placement import weight_shardings
-
-
-def _is_weight(x: Any) -> bool:
-    """An array leaf, concrete or abstract (eqx.filter_eval_shape gives ShapeDtypeStructs)."""
-    return eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
-
-
-def _array_positions(leaves: list) -> list[int]:
-    return [i for i, x in enumerate(leaves) if _is_weight(x)]
+from marin_rl.models.arrays import ArraySlots, is_array_leaf
 
 
 class WeightLayout:
@@ -36,17 +28,13 @@ class WeightLayout:
 
     def __init__(self, template: Any, mesh: Mesh, dtype: Any):
         self.dtype = jnp.dtype(dtype)
-        leaves, self.treedef = jax.tree.flatten(template)
-        self.arrays_at = _array_positions(leaves)
-        at = set(self.arrays_at)  # array slots filled at each call (held empty: the template's weights may go)
-        self.other_leaves = [None if i in at else x for i, x in enumerate(leaves)]
-        self.signature = self.signature_of(leaves, self.treedef)
-        self.in_shardings = jax.tree.leaves(weight_shardings(eqx.filter(template, _is_weight), mesh))
-        laid_out = eqx.filter_eval_shape(self._laid_out, [leaves[i] for i in self.arrays_at])
-        out_leaves, self.out_treedef = jax.tree.flatten(laid_out)
-        self.out_arrays_at = _array_positions(out_leaves)
-        self.out_other_leaves = out_leaves
-        out_shardings = jax.tree.leaves(weight_shardings(eqx.filter(laid_out, _is_weight), mesh))
+        leaves, treedef = jax.tree.flatten(template)
+        self.slots = ArraySlots(template)  # its array slots are held empty: the template's weights may go
+        self.signature = self.signature_of(leaves, treedef)
+        self.in_shardings = jax.tree.leaves(weight_shardings(eqx.filter(template, is_array_leaf), mesh))
+        laid_out = eqx.filter_eval_shape(self._laid_out, self.slots.take(leaves))
+        self.out_slots = ArraySlots(laid_out)
+        out_shardings = jax.tree.leaves(weight_shardings(eqx.filter(laid_out, is_array_leaf), mesh))
         self._program = jax.jit(self._flat_laid_out, out_shardings=out_shardings)
 
     def signature_of(self, leaves: list, treedef: Any) -> tuple:
@@ -68,7 +56,7 @@ class WeightLayout:
                 "set_weights: the new model's structure or parameter shapes/dtypes differ from the sampler's "
                 "(a swap must not change shapes; build a new Sampler for a different model)"
             )
-        placed = [leaves[i] for i in self.arrays_at]
+        placed = self.slots.take(leaves)
         # numpy leaves would be re-sent at every chunk: placed once here. Arrays already on their shards (a rollout
         # worker places pulled weights so) are left out of the transfer, which costs ~0.03 ms an array even then.
         moved = [k for k, (x, where) in enumerate(zip(placed, self.in_shardings))
@@ -76,17 +64,11 @@ class WeightLayout:
         if moved:
             for k, x in zip(moved, jax.device_put([placed[k] for k in moved], [self.in_shardings[k] for k in moved])):
                 placed[k] = x
-        out_leaves = list(self.out_other_leaves)
-        for i, x in zip(self.out_arrays_at, self._program(placed), strict=True):
-            out_leaves[i] = x
-        return jax.tree.unflatten(self.out_treedef, out_leaves)
+        return self.out_slots.fill(self._program(placed))
 
     def _laid_out(self, arrays: list) -> Any:
-        leaves = list(self.other_leaves)
-        for i, x in zip(self.arrays_at, arrays, strict=True):
-            leaves[i] = x.astype(self.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
-        return decode_layout(jax.tree.unflatten(self.treedef, leaves))
+        cast = [x.astype(self.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x for x in arrays]
+        return decode_layout(self.slots.fill(cast))
 
     def _flat_laid_out(self, arrays: list) -> list:
-        out_leaves = jax.tree.leaves(self._laid_out(arrays))
-        return [out_leaves[i] for i in self.out_arrays_at]
+        return self.out_slots.take(jax.tree.leaves(self._laid_out(arrays)))

@@ -25,6 +25,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from marin_rl.models.arrays import ArraySlots, is_array_leaf
 from marin_rl.runlog.run_lock import pid_alive
 from marin_rl.runtime.weight_checksum import arrays_checksum, copy_with_checksum
 
@@ -65,33 +66,26 @@ def host_array(x: Any) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
-def is_weight(x: Any) -> bool:
-    """An array leaf of a model, concrete or abstract (a template from eqx.filter_eval_shape holds no data)."""
-    return eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
-
-
 class WeightPlacement:
     """How a list of host arrays becomes `template`'s model, each array on its shards of `mesh` when one is given
     (inference/mesh_placement.py), else on the default device. Worked out once per worker: the tree walks and the
     sharding inference cost more than placing a 0.15M-parameter model's arrays (docs/benchmarks.md, stop 32)."""
 
     def __init__(self, template: Any, mesh: Any = None):
-        self.leaves, self.treedef = jax.tree_util.tree_flatten(template)  # arrays' slots refilled at each call
-        self.arrays_at = [i for i, x in enumerate(self.leaves) if is_weight(x)]
-        self.specs = [(self.leaves[i].shape, self.leaves[i].dtype) for i in self.arrays_at]
+        self.slots = ArraySlots(template)
         self.shardings = None
         if mesh is not None:
             from marin_rl.inference.mesh_placement import weight_shardings
 
-            self.shardings = jax.tree_util.tree_leaves(weight_shardings(eqx.filter(template, is_weight), mesh))
+            self.shardings = jax.tree_util.tree_leaves(weight_shardings(eqx.filter(template, is_array_leaf), mesh))
 
     def model(self, arrays: list[np.ndarray], lent: bool = False) -> Any:
         """The model carrying `arrays`; every shape and dtype must match (else WeightSyncError).
         lent: the arrays' memory is reused once this returns (a shared-memory slot), so every placed array must be
         a copy: on the CPU jax.device_put may alias a numpy array's memory instead of copying it."""
-        if len(self.specs) != len(arrays):
-            raise WeightSyncError(f"weight set has {len(arrays)} arrays, the model has {len(self.specs)}")
-        for i, ((shape, dtype), new) in enumerate(zip(self.specs, arrays)):
+        if len(self.slots.specs) != len(arrays):
+            raise WeightSyncError(f"weight set has {len(arrays)} arrays, the model has {len(self.slots.specs)}")
+        for i, ((shape, dtype), new) in enumerate(zip(self.slots.specs, arrays)):
             if shape != new.shape or dtype != new.dtype:
                 raise WeightSyncError(
                     f"weight #{i}: got {new.dtype}{list(new.shape)}, the model has {dtype}{list(shape)}"
@@ -100,11 +94,7 @@ class WeightPlacement:
             placed = jax.device_put([np.array(a) if lent else a for a in arrays], self.shardings)
         else:  # jax.device_put of a fresh copy: the copy is the buffer; jnp.asarray copies plain arrays itself
             placed = [jax.device_put(np.array(a)) if lent else jax.numpy.asarray(a) for a in arrays]
-        leaves = list(self.leaves)
-        for i, x in zip(self.arrays_at, jax.block_until_ready(placed), strict=True):
-            leaves[i] = x
-        # a flat refill of the template's leaves: eqx.partition/combine walked the Haliax tree at every pull
-        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+        return self.slots.fill(jax.block_until_ready(placed))
 
 
 def arrays_into_model(template: Any, arrays: list[np.ndarray], mesh: Any = None, lent: bool = False) -> Any:
