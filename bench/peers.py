@@ -17,7 +17,9 @@ Steps (each side in its own subprocess; peer scripts run in .venv-peers and neve
    (4M) once more in sync mode with the sampler's weights over 2 CPU devices (hardware.rollout_mesh.model=2);
 4. weight sync: bench/peers_weight_sync.py (object store, shared-memory and file channels: publish + fetch vs a memcpy);
 5. in-flight vs sync: the same launch.py run with rollout.mode=sync and =inflight and longer answers.
-Sides alternate (ours first for one size, the peer first for the next). The table goes to stdout and to
+RL runs in --rl-rounds rounds, each round one run of every variant of ours and one TRL run, the side that goes
+first alternating by round and size; an RL ratio is the median of the rounds' ratios (each round's pair ran
+minutes apart), its rows list every round's. Sampler sides alternate too. The table goes to stdout and to
 --out/peers-<UTC time>.md, the raw JSON rows to peers-<UTC time>.json, subprocess logs to peers-<UTC time>/.
 Ratios are the claim: absolute times move with whatever else runs on the machine.
 """
@@ -29,6 +31,7 @@ import datetime as dt
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +45,7 @@ SIZES = {
     "4M": {"hidden_dim": 256, "intermediate_dim": 1024, "num_layers": 4, "num_heads": 4},
     "20M": {"hidden_dim": 512, "intermediate_dim": 1536, "num_layers": 6, "num_heads": 8},
 }
+RUN_LABELS = {"ours": "sync", "one_step_off": "one-step-off", "weights_split": "weights-split"}  # RL run folders
 SAMPLER_PROMPTS = ["2+2=", "Hello there", "12*3=", "abc", "What is 7-5?", "x", "The answer is", "9/3"]
 
 
@@ -200,14 +204,14 @@ def ours_rl(runner: Runner, args, name: str, folder: str, run_dir: Path, steps: 
     return ours_rl_rates(rows, args.warmup)
 
 
-def trl_rl(runner: Runner, args, name: str, folder: str, problems: Path, out: Path) -> dict | None:
+def trl_rl(runner: Runner, args, name: str, folder: str, problems: Path, out: Path, rnd: int) -> dict | None:
     cmd = [
         args.peers_python, str(BENCH / "peers_trl_grpo.py"), "--model", folder, "--problems", str(problems),
         "--steps", str(args.trl_steps), "--warmup", str(args.warmup), "--prompts-per-step",
         str(args.prompts_per_step), "--generations", str(args.generations), "--max-new-tokens",
-        str(args.rl_new_tokens), "--lr", str(args.lr), "--seed", str(args.seed), "--out", str(out / f"trl-{name}"),
+        str(args.rl_new_tokens), "--lr", str(args.lr), "--seed", str(args.seed), "--out", str(out / f"trl-{name}-r{rnd}"),
     ]
-    rows = runner.run(f"trl-{name}", cmd, peers_env())
+    rows = runner.run(f"trl-{name}-r{rnd}", cmd, peers_env())
     return rows[-1] if rows else None
 
 
@@ -223,10 +227,27 @@ def sampler_line(what: str, name: str, ours: dict | None, peer: dict | None, not
     return f"| sampler tokens/s ({what}) | {name} | {fmt(o)} | {fmt(p)} | {ratio(o, p)} | {notes} |"
 
 
-def rl_line(what: str, name: str, ours: dict | None, trl: dict | None, notes: str) -> str:
-    """One table row of RL steps/s, a variant of ours against TRL's sync run."""
-    o, t = ours and ours["steps_per_s"], trl and trl["steps_per_s"]
-    return f"| RL steps/s ({what} / TRL GRPOTrainer) | {name} | {fmt(o, 2)} | {fmt(t, 3)} | {ratio(o, t)} | {notes} |"
+def round_median(runs: list[dict | None], key: str) -> float | None:
+    """The median of `key` over the rounds whose run finished (None if none did)."""
+    values = [run[key] for run in runs if run is not None]
+    return statistics.median(values) if values else None
+
+
+def paired_ratios(ours: list[dict | None], peer: list[dict | None], key: str) -> list[float]:
+    """ours / peer of `key` per round, for the rounds where both sides finished."""
+    return [o[key] / p[key] for o, p in zip(ours, peer) if o is not None and p is not None and p[key]]
+
+
+def rl_line(what: str, name: str, ours: list[dict | None], trl: list[dict | None], notes: str,
+            key: str = "steps_per_s", unit: str = "steps/s") -> str:
+    """One table row of an RL rate, a variant of ours against TRL's sync run: medians over the rounds, and the
+    median of the per-round ratios with every round's."""
+    o, t = round_median(ours, key), round_median(trl, key)
+    per_round = paired_ratios(ours, trl, key)
+    r = f"{statistics.median(per_round):.2f}" if per_round else "-"
+    rounds = ", ".join(f"{x:.2f}" for x in per_round) or "-"
+    return (f"| RL {unit} ({what} / TRL GRPOTrainer) | {name} | {fmt(o, 2)} | {fmt(t, 3)} | {r} "
+            f"| rounds {rounds}; {notes} |")
 
 
 def table(res: dict, args) -> str:
@@ -258,32 +279,32 @@ def table(res: dict, args) -> str:
                 "(tensor parallel), same rows",
             ))
     for name in args.rl_sizes:
-        o, t = res["rl"]["ours"].get(name), res["rl"]["trl"].get(name)
+        o, t = res["rl"]["ours"][name], res["rl"]["trl"][name]
         lines.append(rl_line(
             "ours", name, o, t,
             f"{args.prompts_per_step} prompts x {args.generations}, <= {args.rl_new_tokens} new tokens, "
-            f"{fmt(o and o['timed_steps'])} / {fmt(t and t['timed_steps'])} timed steps",
+            f"{fmt(round_median(o, 'timed_steps'))} / {fmt(round_median(t, 'timed_steps'))} timed steps a run",
         ))
-        lines.append(
-            f"| RL sampled tokens/s, end to end | {name} | {fmt(o and o['sampled_tokens_per_s'])} "
-            f"| {fmt(t and t['sampled_tokens_per_s'])} "
-            f"| {ratio(o and o['sampled_tokens_per_s'], t and t['sampled_tokens_per_s'])} "
-            f"| mean answer length {fmt(o and o['mean_answer_len'], 1)} / {fmt(t and t['mean_answer_len'], 1)} |"
-        )
+        lines.append(rl_line(
+            "ours", name, o, t,
+            f"mean answer length {fmt(round_median(o, 'mean_answer_len'), 1)} / "
+            f"{fmt(round_median(t, 'mean_answer_len'), 1)}", key="sampled_tokens_per_s", unit="sampled tokens/s",
+        ))
         if name in res["rl"]["one_step_off"]:
             p = res["rl"]["one_step_off"][name]
             lines.append(rl_line(
                 "ours one_step_off", name, p, t,
-                f"ours sampled one version behind (max staleness {fmt(p and p['max_staleness'])}), TRL on-policy; "
-                f"train {fmt(p and p['train_s_per_step'], 3)} s/step overlapping sample "
-                f"{fmt(p and p['sample_s_per_step'], 3)} s/step",
+                f"ours sampled one version behind (max staleness {fmt(round_median(p, 'max_staleness'))}), TRL "
+                f"on-policy; train {fmt(round_median(p, 'train_s_per_step'), 3)} s/step overlapping sample "
+                f"{fmt(round_median(p, 'sample_s_per_step'), 3)} s/step",
             ))
         if name in res["rl"]["weights_split"]:
             p = res["rl"]["weights_split"][name]
             lines.append(rl_line(
                 f"ours, sampler weights over {args.rl_weights_split} CPU devices", name, p, t,
                 f"sync (on-policy, as TRL), hardware.rollout_mesh.model={args.rl_weights_split}; sample "
-                f"{fmt(p and p['sample_s_per_step'], 3)} s + train {fmt(p and p['train_s_per_step'], 3)} s per step",
+                f"{fmt(round_median(p, 'sample_s_per_step'), 3)} s + train "
+                f"{fmt(round_median(p, 'train_s_per_step'), 3)} s per step",
             ))
     for name, w in res["weight_sync"].items():
         for channel in ("object_store", "shared_memory", "files"):
@@ -328,7 +349,9 @@ def main() -> None:
     ap.add_argument("--rl-weights-split-sizes", nargs="*", default=["4M"], choices=list(SIZES),
                     help="RL sizes that also run with the sampler's weights split (none: leave the row out)")
     ap.add_argument("--ours-steps", type=int, default=10, help="marin-rl RL steps per run")
-    ap.add_argument("--trl-steps", type=int, default=5, help="TRL steps per run (each costs seconds)")
+    ap.add_argument("--trl-steps", type=int, default=10, help="TRL steps per run (as many as ours by default)")
+    ap.add_argument("--rl-rounds", type=int, default=2,
+                    help="RL rounds: each runs every variant of ours and TRL once per size (ratios: their median)")
     ap.add_argument("--warmup", type=int, default=2, help="first RL steps left out of the timing (compiles)")
     ap.add_argument("--lr", type=float, default=7e-4, help="RL learning rate, both sides (the quickstart's)")
     ap.add_argument("--eval-prompts", type=int, default=8, help="marin-rl's eval before/after RL (outside timing)")
@@ -370,24 +393,28 @@ def main() -> None:
     res["sampler"]["hf"] = run_sampler(runner, "sampler-hf", args.peers_python, "peers_hf_generate.py", sampler_flags,
                                        ordered, peers_env())
 
-    for k, name in enumerate(args.rl_sizes):
-        sides = ["ours", "trl"] if k % 2 else ["trl", "ours"]  # alternate which side runs first
-        for side in sides:
-            if side == "ours":
-                res["rl"]["ours"][name] = ours_rl(runner, args, name, folders[name], out / f"ours-rl-{name}",
-                                                  args.ours_steps, args.rl_new_tokens, "sync")
-                if args.one_step_off:
-                    res["rl"]["one_step_off"][name] = ours_rl(
-                        runner, args, name, folders[name], out / f"ours-rl-one-step-off-{name}", args.ours_steps,
-                        args.rl_new_tokens, "one_step_off",
-                    )
-                if name in args.rl_weights_split_sizes and args.rl_weights_split > 1:
-                    res["rl"]["weights_split"][name] = ours_rl(
-                        runner, args, name, folders[name], out / f"ours-rl-weights-split-{name}", args.ours_steps,
-                        args.rl_new_tokens, "sync", (f"hardware.rollout_mesh.model={args.rl_weights_split}",),
-                    )
-            else:
-                res["rl"]["trl"][name] = trl_rl(runner, args, name, folders[name], problems, out)
+    variants = {"ours": ("sync", ())}  # result key -> (rollout.mode, extra overrides)
+    if args.one_step_off:
+        variants["one_step_off"] = ("one_step_off", ())
+    for name in args.rl_sizes:
+        for key in (*variants, "trl"):
+            res["rl"][key][name] = []
+        if name in args.rl_weights_split_sizes and args.rl_weights_split > 1:
+            res["rl"]["weights_split"][name] = []
+    for r in range(args.rl_rounds):
+        for k, name in enumerate(args.rl_sizes):
+            for side in (["ours", "trl"] if (k + r) % 2 else ["trl", "ours"]):  # alternate which side goes first
+                if side == "trl":
+                    res["rl"]["trl"][name].append(trl_rl(runner, args, name, folders[name], problems, out, r))
+                    continue
+                runs = dict(variants)
+                if name in res["rl"]["weights_split"]:
+                    runs["weights_split"] = ("sync", (f"hardware.rollout_mesh.model={args.rl_weights_split}",))
+                for key, (mode, extra) in runs.items():
+                    res["rl"][key][name].append(ours_rl(
+                        runner, args, name, folders[name], out / f"ours-rl-{RUN_LABELS[key]}-{name}-r{r}",
+                        args.ours_steps, args.rl_new_tokens, mode, extra,
+                    ))
 
     for row in runner.run("weight-sync", [sys.executable, str(BENCH / "peers_weight_sync.py"), "--scratch",
                                           str(out / "weight-sync"), *(folders[n] for n in args.weight_sync_sizes)],
