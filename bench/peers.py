@@ -362,6 +362,8 @@ def main() -> None:
     ap.add_argument("--inflight-steps", type=int, default=10)
     ap.add_argument("--inflight-new-tokens", type=int, default=96, help="answer cap of the in-flight vs sync pair (at 4M, 96 tokens: sampling 0.8 s, training 1.4-1.6 s a step)")
     args = ap.parse_args()
+    if args.rl_rounds < 1:
+        raise SystemExit(f"--rl-rounds {args.rl_rounds}: at least 1 (each round runs every RL variant once)")
     if not Path(args.peers_python).exists():
         raise SystemExit(f"--peers-python {args.peers_python} not found: build it with `make bench-peers`")
 
