@@ -18,8 +18,9 @@ Steps (each side in its own subprocess; peer scripts run in .venv-peers and neve
 4. weight sync: bench/peers_weight_sync.py (object store, shared-memory and file channels: publish + fetch vs a memcpy);
 5. in-flight vs sync: the same launch.py run with rollout.mode=sync and =inflight and longer answers.
 RL runs in --rl-rounds rounds, each round one run of every variant of ours and one TRL run, the side that goes
-first alternating by round and size; an RL ratio is the median of the rounds' ratios (each round's pair ran
-minutes apart), its rows list every round's. Sampler sides alternate too. The table goes to stdout and to
+first alternating by round and size; the sampler in --sampler-rounds rounds, each round every sampler script
+once, the order reversed every other round. A ratio is the median of the rounds' ratios (each round's pair ran
+minutes apart); its row lists every round's. The table goes to stdout and to
 --out/peers-<UTC time>.md, the raw JSON rows to peers-<UTC time>.json, subprocess logs to peers-<UTC time>/.
 Ratios are the claim: absolute times move with whatever else runs on the machine.
 """
@@ -221,12 +222,6 @@ def run_sampler(runner, label: str, python: str, script: str, flags: list[str], 
             for row in runner.run(label, [python, str(BENCH / script), *flags, *map(str, folders)], env)}
 
 
-def sampler_line(what: str, name: str, ours: dict | None, peer: dict | None, notes: str) -> str:
-    """One table row of sampler tokens/s, ours against a peer's."""
-    o, p = ours and ours["tokens_per_s"], peer and peer["tokens_per_s"]
-    return f"| sampler tokens/s ({what}) | {name} | {fmt(o)} | {fmt(p)} | {ratio(o, p)} | {notes} |"
-
-
 def round_median(runs: list[dict | None], key: str) -> float | None:
     """The median of `key` over the rounds whose run finished (None if none did)."""
     values = [run[key] for run in runs if run is not None]
@@ -238,16 +233,26 @@ def paired_ratios(ours: list[dict | None], peer: list[dict | None], key: str) ->
     return [o[key] / p[key] for o, p in zip(ours, peer) if o is not None and p is not None and p[key]]
 
 
-def rl_line(what: str, name: str, ours: list[dict | None], trl: list[dict | None], notes: str,
-            key: str = "steps_per_s", unit: str = "steps/s") -> str:
-    """One table row of an RL rate, a variant of ours against TRL's sync run: medians over the rounds, and the
-    median of the per-round ratios with every round's."""
-    o, t = round_median(ours, key), round_median(trl, key)
-    per_round = paired_ratios(ours, trl, key)
+def rounds_line(measure: str, name: str, ours: list[dict | None], peer: list[dict | None], key: str, notes: str,
+                digits: int = 0) -> str:
+    """One table row: medians of `key` over the rounds on each side, and the median of the per-round ratios with
+    every round's."""
+    o, p = round_median(ours, key), round_median(peer, key)
+    per_round = paired_ratios(ours, peer, key)
     r = f"{statistics.median(per_round):.2f}" if per_round else "-"
     rounds = ", ".join(f"{x:.2f}" for x in per_round) or "-"
-    return (f"| RL {unit} ({what} / TRL GRPOTrainer) | {name} | {fmt(o, 2)} | {fmt(t, 3)} | {r} "
-            f"| rounds {rounds}; {notes} |")
+    return f"| {measure} | {name} | {fmt(o, digits)} | {fmt(p, digits)} | {r} | rounds {rounds}; {notes} |"
+
+
+def sampler_line(what: str, name: str, ours: list[dict | None], hf: list[dict | None], notes: str) -> str:
+    """One table row of sampler tokens/s, a variant of ours against HF generate."""
+    return rounds_line(f"sampler tokens/s ({what})", name, ours, hf, "tokens_per_s", notes)
+
+
+def rl_line(what: str, name: str, ours: list[dict | None], trl: list[dict | None], notes: str,
+            key: str = "steps_per_s", unit: str = "steps/s", digits: int = 2) -> str:
+    """One table row of an RL rate, a variant of ours against TRL's sync run."""
+    return rounds_line(f"RL {unit} ({what} / TRL GRPOTrainer)", name, ours, trl, key, notes, digits)
 
 
 def table(res: dict, args) -> str:
@@ -256,28 +261,26 @@ def table(res: dict, args) -> str:
         "| measurement | size | ours | peer | ratio | notes |",
         "| --- | --- | ---: | ---: | ---: | --- |",
     ]
+    hf = res["sampler"]["hf"]
     for name in SIZES:
-        o, h = res["sampler"]["ours"].get(name), res["sampler"]["hf"].get(name)
+        o = res["sampler"]["ours"][name]
+        chunk = next((run["decode_chunk"] for run in o if run is not None), None)
         lines.append(sampler_line(
-            "ours / HF generate", name, o, h,
-            f"{args.rows} rows x {args.new_tokens} new tokens, mean length {fmt(o and o['mean_len'])} / "
-            f"{fmt(h and h['mean_len'])}; decode chunks of {o and o['decode_chunk']} steps",
+            "ours / HF generate", name, o, hf[name],
+            f"{args.rows} rows x {args.new_tokens} new tokens, mean length {fmt(round_median(o, 'mean_len'))} / "
+            f"{fmt(round_median(hf[name], 'mean_len'))}; decode chunks of {chunk} steps",
         ))
-    for name in SIZES:
-        o, h = res["sampler"]["ours_rows_split"].get(name), res["sampler"]["hf"].get(name)
-        if o is not None:
-            lines.append(sampler_line(
-                f"ours, rows over {o['rows_split']} CPU devices / HF generate", name, o, h,
-                f"hardware.rollout_mesh.data={o['rows_split']}: one simulated device per core, same rows",
-            ))
-    for name in SIZES:
-        o, h = res["sampler"]["ours_weights_split"].get(name), res["sampler"]["hf"].get(name)
-        if o is not None:
-            lines.append(sampler_line(
-                f"ours, weights over {o['weights_split']} CPU devices / HF generate", name, o, h,
-                f"hardware.rollout_mesh.model={o['weights_split']}: heads, MLP width and vocabulary split "
-                "(tensor parallel), same rows",
-            ))
+    for name, o in res["sampler"]["ours_rows_split"].items():
+        lines.append(sampler_line(
+            f"ours, rows over {args.sampler_rows_split} CPU devices / HF generate", name, o, hf[name],
+            f"hardware.rollout_mesh.data={args.sampler_rows_split}: one simulated device per core, same rows",
+        ))
+    for name, o in res["sampler"]["ours_weights_split"].items():
+        lines.append(sampler_line(
+            f"ours, weights over {args.sampler_weights_split} CPU devices / HF generate", name, o, hf[name],
+            f"hardware.rollout_mesh.model={args.sampler_weights_split}: heads, MLP width and vocabulary split "
+            "(tensor parallel), same rows",
+        ))
     for name in args.rl_sizes:
         o, t = res["rl"]["ours"][name], res["rl"]["trl"][name]
         lines.append(rl_line(
@@ -289,6 +292,7 @@ def table(res: dict, args) -> str:
             "ours", name, o, t,
             f"mean answer length {fmt(round_median(o, 'mean_answer_len'), 1)} / "
             f"{fmt(round_median(t, 'mean_answer_len'), 1)}", key="sampled_tokens_per_s", unit="sampled tokens/s",
+            digits=0,
         ))
         if name in res["rl"]["one_step_off"]:
             p = res["rl"]["one_step_off"][name]
@@ -332,6 +336,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=32, help="sampler rows (a multiple of 8 prompts)")
     ap.add_argument("--new-tokens", type=int, default=128, help="sampler new tokens per row")
     ap.add_argument("--repeats", type=int, default=2, help="sampler timings per side after warm-up (best kept)")
+    ap.add_argument("--sampler-rounds", type=int, default=2,
+                    help="sampler rounds: each runs every sampler variant once (ratios: the median of the rounds')")
     ap.add_argument("--sampler-rows-split", type=int, default=2,
                     help="also time our sampler with its rows split over this many simulated CPU devices "
                     "(hardware.rollout_mesh.data; 1 = leave that row out)")
@@ -362,8 +368,9 @@ def main() -> None:
     ap.add_argument("--inflight-steps", type=int, default=10)
     ap.add_argument("--inflight-new-tokens", type=int, default=96, help="answer cap of the in-flight vs sync pair (at 4M, 96 tokens: sampling 0.8 s, training 1.4-1.6 s a step)")
     args = ap.parse_args()
-    if args.rl_rounds < 1:
-        raise SystemExit(f"--rl-rounds {args.rl_rounds}: at least 1 (each round runs every RL variant once)")
+    for flag, rounds in (("--rl-rounds", args.rl_rounds), ("--sampler-rounds", args.sampler_rounds)):
+        if rounds < 1:
+            raise SystemExit(f"{flag} {rounds}: at least 1 (each round runs every variant once)")
     if not Path(args.peers_python).exists():
         raise SystemExit(f"--peers-python {args.peers_python} not found: build it with `make bench-peers`")
 
@@ -380,20 +387,25 @@ def main() -> None:
                  "rl": {"ours": {}, "one_step_off": {}, "weights_split": {}, "trl": {}}, "weight_sync": {}, "inflight": {}}
 
     sampler_flags = ["--prompts", str(prompts), "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
-    res["sampler"]["ours"] = run_sampler(runner, "sampler-ours", sys.executable, "peers_ours_sampler.py",
-                                         sampler_flags, ordered, ours_env())
+    sampler_runs = {  # result key -> (label, python, script, extra flags, environment)
+        "ours": ("sampler-ours", sys.executable, "peers_ours_sampler.py", [], ours_env()),
+        "hf": ("sampler-hf", args.peers_python, "peers_hf_generate.py", [], peers_env()),
+    }
     if args.sampler_rows_split > 1:
-        res["sampler"]["ours_rows_split"] = run_sampler(
-            runner, "sampler-ours-rows-split", sys.executable, "peers_ours_sampler.py",
-            [*sampler_flags, "--rows-split", str(args.sampler_rows_split)], ordered, ours_env(),
-        )
+        sampler_runs["ours_rows_split"] = ("sampler-ours-rows-split", sys.executable, "peers_ours_sampler.py",
+                                           ["--rows-split", str(args.sampler_rows_split)], ours_env())
     if args.sampler_weights_split > 1:
-        res["sampler"]["ours_weights_split"] = run_sampler(
-            runner, "sampler-ours-weights-split", sys.executable, "peers_ours_sampler.py",
-            [*sampler_flags, "--weights-split", str(args.sampler_weights_split)], ordered, ours_env(),
-        )
-    res["sampler"]["hf"] = run_sampler(runner, "sampler-hf", args.peers_python, "peers_hf_generate.py", sampler_flags,
-                                       ordered, peers_env())
+        sampler_runs["ours_weights_split"] = ("sampler-ours-weights-split", sys.executable, "peers_ours_sampler.py",
+                                              ["--weights-split", str(args.sampler_weights_split)], ours_env())
+    for key in sampler_runs:
+        res["sampler"][key] = {name: [] for name in SIZES}
+    for r in range(args.sampler_rounds):
+        keys = list(sampler_runs)
+        for key in (keys if r % 2 == 0 else keys[::-1]):  # alternate which side goes first
+            label, python, script, extra, env = sampler_runs[key]
+            rows = run_sampler(runner, f"{label}-r{r}", python, script, [*sampler_flags, *extra], ordered, env)
+            for name in SIZES:
+                res["sampler"][key][name].append(rows.get(name))
 
     variants = {"ours": ("sync", ())}  # result key -> (rollout.mode, extra overrides)
     if args.one_step_off:
