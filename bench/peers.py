@@ -407,24 +407,22 @@ def main() -> None:
             for name in SIZES:
                 res["sampler"][key][name].append(rows.get(name))
 
-    variants = {"ours": ("sync", ())}  # result key -> (rollout.mode, extra overrides)
-    if args.one_step_off:
-        variants["one_step_off"] = ("one_step_off", ())
+    rl_variants = {}  # size -> {result key: (rollout.mode, extra overrides)}: the runs of ours in each round
     for name in args.rl_sizes:
-        for key in (*variants, "trl"):
-            res["rl"][key][name] = []
+        rl_variants[name] = {"ours": ("sync", ())}
+        if args.one_step_off:
+            rl_variants[name]["one_step_off"] = ("one_step_off", ())
         if name in args.rl_weights_split_sizes and args.rl_weights_split > 1:
-            res["rl"]["weights_split"][name] = []
+            rl_variants[name]["weights_split"] = ("sync", (f"hardware.rollout_mesh.model={args.rl_weights_split}",))
+        for key in (*rl_variants[name], "trl"):
+            res["rl"][key][name] = []
     for r in range(args.rl_rounds):
         for k, name in enumerate(args.rl_sizes):
             for side in (["ours", "trl"] if (k + r) % 2 else ["trl", "ours"]):  # alternate which side goes first
                 if side == "trl":
                     res["rl"]["trl"][name].append(trl_rl(runner, args, name, folders[name], problems, out, r))
                     continue
-                runs = dict(variants)
-                if name in res["rl"]["weights_split"]:
-                    runs["weights_split"] = ("sync", (f"hardware.rollout_mesh.model={args.rl_weights_split}",))
-                for key, (mode, extra) in runs.items():
+                for key, (mode, extra) in rl_variants[name].items():
                     res["rl"][key][name].append(ours_rl(
                         runner, args, name, folders[name], out / f"ours-rl-{RUN_LABELS[key]}-{name}-r{r}",
                         args.ours_steps, args.rl_new_tokens, mode, extra,
