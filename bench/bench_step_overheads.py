@@ -8,7 +8,8 @@ weights (medians over --repeats calls, milliseconds), one JSON line per folder:
   place, in this process, --gap-ms apart as steps are; once with the checksum pool as configured
   (weight_checksum.PARALLEL_MIN_BYTES) and once forced through the pool (`_pool` keys), so the threshold can be
   checked on this machine;
-- place_ms: WeightPlacement.model of the fetched arrays (a rollout worker's pull, after the fetch);
+- place_ms: WeightPlacement.model of the fetched arrays onto the sampler's one-device mesh, each array copied as
+  from a shared-memory slot (a rollout worker's pull, after the fetch);
 - layout_ms: WeightLayout of the placed model, to its finish (what Sampler.set_weights runs at every swap);
 - pickle_ms / unpickle_ms: Ray's cloudpickle of the groups one step ships (--groups x --group-size rollouts of
   random lengths up to 32 tokens).
@@ -102,10 +103,11 @@ def overheads(folder: str, args) -> dict:
         row["shm_publish_pool_ms"], row["shm_fetch_pool_ms"] = shm_ms(arrays, args.repeats, gap_s)
     finally:
         weight_checksum.PARALLEL_MIN_BYTES = configured
-    placement = WeightPlacement(model)
-    row["place_ms"] = median_ms(lambda: placement.model(arrays), args.repeats)
-    placed = placement.model(arrays)
-    layout = WeightLayout(model, single_device_mesh(), jnp.float32)
+    mesh = single_device_mesh()  # a worker places pulled weights on its sampler's mesh, so the layout moves none
+    placement = WeightPlacement(model, mesh)
+    row["place_ms"] = median_ms(lambda: placement.model(arrays, lent=True), args.repeats)  # copied as from a slot
+    placed = placement.model(arrays, lent=True)
+    layout = WeightLayout(model, mesh, jnp.float32)
     row["layout_ms"] = median_ms(lambda: jax.block_until_ready(layout(placed)), args.repeats)
     groups = random_groups(args.groups, args.group_size)
     row["pickle_ms"] = median_ms(lambda: cloudpickle.dumps(groups), args.repeats)
