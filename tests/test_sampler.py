@@ -405,3 +405,24 @@ def test_pack_prompts_left_pads_to_a_common_end():
     np.testing.assert_array_equal(packed.tokens_BS[:2], [[5, 6, 7, 0, 0, 0], [0, 0, 9, 0, 0, 0]])
     np.testing.assert_array_equal(packed.pad_B, [0, 2, 2, 2])
     np.testing.assert_array_equal(packed.done_B, [False, False, True, True])  # bucket fillers never generate
+
+
+def test_decode_layout_projects_weight_first_with_levanter_outputs(model_a):
+    """Every Linear of the laid-out model is a WeightFirstLinear, and one returns what Levanter's Linear returns
+    (a multi-axis Out and a bias included), its axes in the weight-first order."""
+    import haliax as hax
+
+    from marin_rl.inference.decoder import WeightFirstLinear, _weight_first, decode_layout
+
+    is_linear = lambda x: isinstance(x, hax.nn.Linear)  # noqa: E731
+    linears = [x for x in jax.tree.leaves(decode_layout(model_a), is_leaf=is_linear) if is_linear(x)]
+    assert linears and all(type(x) is WeightFirstLinear for x in linears)
+
+    Batch, Pos, Embed = hax.Axis("batch", 3), hax.Axis("position", 2), hax.Axis("embed", 8)
+    Heads, HeadSize = hax.Axis("heads", 2), hax.Axis("head_size", 4)
+    plain = hax.nn.Linear.init(Embed, (Heads, HeadSize), key=jax.random.PRNGKey(0), use_bias=True, out_first=False)
+    plain = jax.tree.map(lambda x: x + 0.1, plain)  # a nonzero bias
+    x = hax.random.normal(jax.random.PRNGKey(1), (Batch, Pos, Embed))
+    expected, got = plain(x), _weight_first(plain)(x)
+    assert [a.name for a in got.axes] == ["heads", "head_size", "batch", "position"]
+    np.testing.assert_allclose(got.rearrange(expected.axes).array, expected.array, rtol=1e-6, atol=1e-6)

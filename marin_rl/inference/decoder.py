@@ -8,13 +8,15 @@ positions start at 0 at the first prompt token exactly as in the trainer's right
 decode step has the same shapes whatever the prompt lengths are (no recompiles).
 
 Exactness: embeddings, RMSNorms, q/k/v/o projections (with their biases: Qwen2), qk-norm (Qwen3), RoPE, the
-SwiGLU MLP and the LM head are Levanter's own modules, called as they are. Only the attention kernel is new:
+SwiGLU MLP and the LM head are Levanter's own modules, called as they are, except that every plain Linear contracts
+with its weight as the dot's first operand (`WeightFirstLinear`: the same sum). Only the attention kernel is new:
 a masked softmax over the dense cache (the same math as Levanter's VANILLA backend: q * scale, dot, optional
 soft-cap, mask, softmax in the model dtype) instead of Levanter's paged attention.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import equinox as eqx
@@ -50,21 +52,39 @@ def decoder_layers(model) -> list:
     return list(model.transformer.layers.unstacked())
 
 
-def _in_then_out(linear: hax.nn.Linear) -> hax.nn.Linear:
-    """The same Linear with its weight's axes ordered (In..., Out...); Haliax contracts by name, so the output is
-    unchanged."""
+class WeightFirstLinear(hax.nn.Linear):
+    """A Levanter Linear whose contraction takes the weight as the dot's first operand: out = W . x over `In`, the
+    output's axes (Out..., then x's other axes). Same sum, same named result; Haliax orders axes by name, so the
+    modules around it are unchanged.
+
+    Why: with the weight stored (Out..., In...) and first, XLA's CPU dot runs each decode projection as
+    W[N, K] x^T[K, rows], streaming every weight row along its contiguous In axis; as x[rows, K] W[K, N] the same
+    dots took about 1.4x as long at rows = 32 (docs/benchmarks.md "Stop 37").
+    """
+
+    def __call__(self, inputs, *, key=None):
+        del key
+        out = hax.dot(self.weight * self.reparam.active_scale, inputs, axis=self.In, dot_general=self.dot_general)
+        return out + self.bias if self.bias is not None else out
+
+
+def _weight_first(linear: hax.nn.Linear) -> WeightFirstLinear:
+    """`linear` as a WeightFirstLinear with its weight's axes ordered (Out..., In...) (Levanter's own order for
+    models built or loaded from HF, where this moves nothing)."""
     axes = lambda spec: (spec,) if isinstance(spec, hax.Axis) else tuple(spec)  # noqa: E731
-    return eqx.tree_at(lambda m: m.weight, linear, linear.weight.rearrange((*axes(linear.In), *axes(linear.Out))))
+    weight = linear.weight.rearrange((*axes(linear.Out), *axes(linear.In)))
+    fields = {f.name: getattr(linear, f.name) for f in dataclasses.fields(linear)}
+    return WeightFirstLinear(**{**fields, "weight": weight})
 
 
 def decode_layout(model):
     """`model` laid out for the decode loop: Stacked layers (the trainer's scan form) as a BlockSeq of the same
-    layers, every Linear weight ordered (In..., Out...). Same function, same outputs.
+    layers, every plain Linear a WeightFirstLinear with its weight ordered (Out..., In...). Same function, same
+    outputs.
 
-    Why: inside the decode loop XLA's CPU backend re-sliced the stacked weights and re-transposed the attention
-    projections (stored (Out..., In...)) into the [K, N] form its dot wants, at every step: 24 weight copies per
-    step at 6 layers, about a fifth of the decode loop's op time at 19M parameters. Done once per set of weights here, outside
-    the loop, they are gone.
+    Why: inside the decode loop XLA's CPU backend re-sliced the stacked weights at every step, and with x first it
+    transposed the attention projections' weights into the form its dot wants, at every step. Laid out once per
+    set of weights here, the compiled decode loop copies no weight (only activations of [rows, features] size).
     """
     layers = model.transformer.layers
     if isinstance(layers, Stacked):
@@ -72,8 +92,8 @@ def decode_layout(model):
             lambda m: m.transformer.layers, model,
             BlockSeq(list(layers.unstacked()), layers.Block, layers.gradient_checkpointing),
         )
-    is_linear = lambda x: isinstance(x, hax.nn.Linear)  # noqa: E731
-    return jax.tree.map(lambda x: _in_then_out(x) if is_linear(x) else x, model, is_leaf=is_linear)
+    is_linear = lambda x: type(x) is hax.nn.Linear  # noqa: E731  (a subclass keeps its own __call__)
+    return jax.tree.map(lambda x: _weight_first(x) if is_linear(x) else x, model, is_leaf=is_linear)
 
 
 def check_supported(model) -> None:
