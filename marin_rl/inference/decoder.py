@@ -71,8 +71,7 @@ class WeightFirstLinear(hax.nn.Linear):
 def _weight_first(linear: hax.nn.Linear) -> WeightFirstLinear:
     """`linear` as a WeightFirstLinear with its weight's axes ordered (Out..., In...) (Levanter's own order for
     models built or loaded from HF, where this moves nothing)."""
-    axes = lambda spec: (spec,) if isinstance(spec, hax.Axis) else tuple(spec)  # noqa: E731
-    weight = linear.weight.rearrange((*axes(linear.Out), *axes(linear.In)))
+    weight = linear.weight.rearrange(hax.concat_axis_specs(linear.Out, linear.In))
     fields = {f.name: getattr(linear, f.name) for f in dataclasses.fields(linear)}
     return WeightFirstLinear(**{**fields, "weight": weight})
 
