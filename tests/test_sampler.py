@@ -163,6 +163,38 @@ def test_weight_swap_mid_generation_recomputes_cache(model_a, model_b, tok, prom
     assert not any("decode_chunk" in e for e in s.compile_events[n_compiled:])
 
 
+def test_in_flight_waves_compile_refills_before_a_swap_needs_them(model_a, model_b, tok, prompts, monkeypatch):
+    # a 16-slot floor and 40 new tokens: the cache grows 16 -> 24 -> 32 -> 48 slots, so the refill shape (rows,
+    # length, slots) differs from one chunk boundary to the next; one key: the same rows (and boundaries) each call
+    monkeypatch.setattr(sampler_module, "MIN_CACHE_BUCKET", 16)
+    cfg = sampler_cfg(max_new_tokens=40)
+    s = Sampler(model_a, tok, cfg, MAX_SEQ_LEN, version=0, seed=9)
+    real_fill = s._kernels.fill
+
+    def fill_calls(**kwargs) -> list[tuple[int, int]]:
+        """(length, slots) of every fill kernel call of one generate: the wave's prefill first, then refills."""
+        calls = []
+
+        def spy(model, tokens, pad, cache, *, length):
+            calls.append((length, cache.num_slots))
+            return real_fill(model, tokens, pad, cache, length=length)
+
+        s._kernels = s._kernels._replace(fill=spy)
+        rows = _rows(prompts, s.generate(prompts, 2, temperature=0.7, key=jax.random.PRNGKey(3), **kwargs))
+        assert max(len(c.tokens) for _, c in rows) > 3 * cfg.decode_chunk, "no row reached the third boundary"
+        return calls
+
+    assert len(fill_calls()) == 1  # sync (no on_chunk): the prefill alone, no refill warmed
+    warmed = fill_calls(on_chunk=lambda _: None)  # in flight, no swap yet: each boundary's refill shape runs once
+    assert len(warmed) > 3 and len(set(warmed[1:])) == len(warmed) - 1
+    assert fill_calls(on_chunk=lambda _: None) == warmed[:1]  # every shape warmed: the prefill alone again
+    n_compiled = len(s.compile_events)
+    on_chunk, _ = _swap_at_first_boundary(s, model_b, 1)
+    swapped = fill_calls(on_chunk=on_chunk)
+    assert len(swapped) == 2 and swapped[1] in warmed[1:]  # the swap's refill is a warmed shape ...
+    assert s.compile_events[n_compiled:] == []  # ... so it compiled nothing
+
+
 def test_kv_cache_grows_with_the_sequences_and_stays_exact(model_a, model_b, tok, prompts, monkeypatch):
     # a 16-slot floor: up to 56 new tokens after prompts of <= 5 grow the cache 16 -> 24 -> 32 -> 48 -> 64
     # (MAX_SEQ_LEN)
