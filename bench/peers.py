@@ -16,13 +16,15 @@ Steps (each side in its own subprocess; peer scripts run in .venv-peers and neve
    with training, rollouts one version old: a different algorithm, so its own row); at --rl-weights-split-sizes
    (4M) once more in sync mode with the sampler's weights over 2 CPU devices (hardware.rollout_mesh.model=2);
 4. weight sync: bench/peers_weight_sync.py (object store, shared-memory and file channels: publish + fetch vs a memcpy);
-5. in-flight vs sync: the same launch.py run with rollout.mode=sync and =inflight and longer answers.
-RL runs in --rl-rounds rounds, each round one run of every variant of ours and one TRL run, the side that goes
-first alternating by round and size; the sampler in --sampler-rounds rounds, each round every sampler script
+5. in-flight vs sync on a task where generation dominates: the same launch.py run with rollout.mode=sync, =inflight
+   and =one_step_off, few rows (1 prompt x 4 answers) and longer answers (<= 96 tokens), wall time for equal steps.
+RL runs (and the runs of 5) in --rl-rounds rounds, each round one run of every variant of ours and one TRL run, the
+side that goes first alternating by round and size; the sampler in --sampler-rounds rounds, each round every sampler script
 once, the order reversed every other round. A ratio is the median of the rounds' ratios (each round's pair ran
 minutes apart); its row lists every round's. The table goes to stdout and to
 --out/peers-<UTC time>.md, the raw JSON rows to peers-<UTC time>.json, subprocess logs to peers-<UTC time>/.
-Ratios are the claim: absolute times move with whatever else runs on the machine.
+Ratios are the claim: absolute times move with whatever else runs on the machine. `--parts` runs a subset
+(e.g. `--parts inflight`); the table then has only those rows.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ SIZES = {
     "4M": {"hidden_dim": 256, "intermediate_dim": 1024, "num_layers": 4, "num_heads": 4},
     "20M": {"hidden_dim": 512, "intermediate_dim": 1536, "num_layers": 6, "num_heads": 8},
 }
+OVERLAPPED_MODES = ("inflight", "one_step_off")  # timed against sync in the generation-dominated pair (part 5)
+PARTS = ("sampler", "rl", "weight-sync", "inflight")
 RUN_LABELS = {"ours": "sync", "one_step_off": "one-step-off", "weights_split": "weights-split"}  # RL run folders
 SAMPLER_PROMPTS = ["2+2=", "Hello there", "12*3=", "abc", "What is 7-5?", "x", "The answer is", "9/3"]
 
@@ -83,6 +87,7 @@ def ours_rl_rates(rows: list[dict], warmup: int) -> dict:
         "mean_answer_len": sum(r["rollout/response_len_mean"] for r in timed) / len(timed),
         "sample_s_per_step": sample_s / steps,
         "train_s_per_step": train_s / steps,
+        "generation_share": sample_s / (sample_s + train_s) if sample_s + train_s else 0.0,  # sync: of the step's work
         "max_staleness": max(r.get("replay/max_staleness_used", 0) for r in timed),  # versions behind, per token
     }
 
@@ -175,12 +180,14 @@ def write_inputs(out: Path, seed: int, n_problems: int, rows: int) -> tuple[Path
     return prompts, problems
 
 
-def launch_overrides(args, folder: str, shape: dict, run_dir: Path, steps: int, new_tokens: int, mode: str,
-                     extra: tuple[str, ...] = ()) -> list[str]:
-    """launch.py overrides: the quickstart recipe as an RL-only GRPO run of the exported weights."""
+def launch_overrides(args, folder: str, shape: dict, run_dir: Path, steps: int, batch: tuple[int, int],
+                     new_tokens: int, mode: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """launch.py overrides: the quickstart recipe as an RL-only GRPO run of the exported weights; `batch` =
+    (prompts per step, answers per prompt)."""
+    prompts, generations = batch
     return [
         "recipe=quickstart", "sft.warmstart=false", "loss=grpo", "loss.kl.coef=0",
-        f"train.batch_size={args.prompts_per_step * args.generations}", f"rollout.n_generations={args.generations}",
+        f"train.batch_size={prompts * generations}", f"rollout.n_generations={generations}",
         f"sampler.max_new_tokens={new_tokens}", f"train.steps={steps}", "train.checkpoint_every=0",
         f"train.eval_prompts={args.eval_prompts}", f"rollout.mode={mode}", f"optimizer.lr={args.lr}",
         f"seed={args.seed}", "tracking.plots=false", "tracking.progress=false", "tracking.wandb_mode=disabled",
@@ -191,11 +198,11 @@ def launch_overrides(args, folder: str, shape: dict, run_dir: Path, steps: int, 
     ]
 
 
-def ours_rl(runner: Runner, args, name: str, folder: str, run_dir: Path, steps: int, new_tokens: int,
-            mode: str, extra: tuple[str, ...] = ()) -> dict | None:
+def ours_rl(runner: Runner, args, name: str, folder: str, run_dir: Path, steps: int, batch: tuple[int, int],
+            new_tokens: int, mode: str, extra: tuple[str, ...] = ()) -> dict | None:
     """One launch.py run (`extra`: more overrides); its steady-state rates from metrics.jsonl (None if it failed)."""
     cmd = [sys.executable, "launch.py",
-           *launch_overrides(args, folder, SIZES[name], run_dir, steps, new_tokens, mode, extra)]
+           *launch_overrides(args, folder, SIZES[name], run_dir, steps, batch, new_tokens, mode, extra)]
     runner.run(run_dir.name, cmd, ours_env())
     metrics = run_dir / "metrics.jsonl"
     if not metrics.exists():
@@ -262,8 +269,7 @@ def table(res: dict, args) -> str:
         "| --- | --- | ---: | ---: | ---: | --- |",
     ]
     hf = res["sampler"]["hf"]
-    for name in SIZES:
-        o = res["sampler"]["ours"][name]
+    for name, o in res["sampler"]["ours"].items():
         chunk = next((run["decode_chunk"] for run in o if run is not None), None)
         lines.append(sampler_line(
             "ours / HF generate", name, o, hf[name],
@@ -281,8 +287,8 @@ def table(res: dict, args) -> str:
             f"hardware.rollout_mesh.model={args.sampler_weights_split}: heads, MLP width and vocabulary split "
             "(tensor parallel), same rows",
         ))
-    for name in args.rl_sizes:
-        o, t = res["rl"]["ours"][name], res["rl"]["trl"][name]
+    for name, o in res["rl"]["ours"].items():
+        t = res["rl"]["trl"][name]
         lines.append(rl_line(
             "ours", name, o, t,
             f"{args.prompts_per_step} prompts x {args.generations}, <= {args.rl_new_tokens} new tokens, "
@@ -318,13 +324,20 @@ def table(res: dict, args) -> str:
                 f"| {w['memcpy_s']:.4f} | {ratio(total, w['memcpy_s'])} | {w['nbytes'] / 2**20:.1f} MiB; publish "
                 f"{w[f'{channel}_publish_s']:.4f} s + fetch {w[f'{channel}_fetch_s']:.4f} s, checksums included |"
             )
-    s, i = res["inflight"].get("sync"), res["inflight"].get("inflight")
-    lines.append(
-        f"| wall s for equal steps (inflight / sync) | {args.inflight_size} | {fmt(i and i['seconds'], 2)} "
-        f"| {fmt(s and s['seconds'], 2)} | {ratio(i and i['seconds'], s and s['seconds'])} "
-        f"| {fmt(s and s['timed_steps'])} steps, <= {args.inflight_new_tokens} new tokens; sync run: sample "
-        f"{fmt(s and s['sample_s_per_step'], 3)} s + train {fmt(s and s['train_s_per_step'], 3)} s per step |"
-    )
+    sync = res["inflight"].get("sync")
+    for mode in OVERLAPPED_MODES:
+        if mode not in res["inflight"]:
+            continue
+        lines.append(rounds_line(
+            f"wall s for equal steps ({mode} / sync)", args.inflight_size, res["inflight"][mode], sync, "seconds",
+            f"{fmt(round_median(sync, 'timed_steps'))} steps, {args.inflight_prompts_per_step} prompts x "
+            f"{args.inflight_generations}, <= {args.inflight_new_tokens} new tokens; sync run: sample "
+            f"{fmt(round_median(sync, 'sample_s_per_step'), 3)} s + train {fmt(round_median(sync, 'train_s_per_step'), 3)} "
+            f"s per step (generation {fmt(round_median(sync, 'generation_share'), 2)} of it); {mode} run: sample "
+            f"{fmt(round_median(res['inflight'][mode], 'sample_s_per_step'), 3)} s, train "
+            f"{fmt(round_median(res['inflight'][mode], 'train_s_per_step'), 3)} s per step, overlapping",
+            digits=2,
+        ))
     return "\n".join(lines)
 
 
@@ -366,7 +379,14 @@ def main() -> None:
     ap.add_argument("--inflight-size", default="4M", choices=list(SIZES),
                     help="model of the in-flight vs sync pair")
     ap.add_argument("--inflight-steps", type=int, default=10)
-    ap.add_argument("--inflight-new-tokens", type=int, default=96, help="answer cap of the in-flight vs sync pair (at 4M, 96 tokens: sampling 0.8 s, training 1.4-1.6 s a step)")
+    ap.add_argument("--inflight-prompts-per-step", type=int, default=1,
+                    help="prompts per step of the in-flight vs sync runs (few rows: decoding is latency-bound)")
+    ap.add_argument("--inflight-generations", type=int, default=4, help="answers per prompt of those runs")
+    ap.add_argument("--inflight-new-tokens", type=int, default=96,
+                    help="answer cap of those runs (at 4M, 1 x 4 rows and 96 tokens, generation was ~70%% of a sync "
+                    "step: docs/benchmarks.md \"Stop 38\")")
+    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS,
+                    help="which measurements to run (default all): sampler, rl, weight-sync, inflight")
     args = ap.parse_args()
     for flag, rounds in (("--rl-rounds", args.rl_rounds), ("--sampler-rounds", args.sampler_rounds)):
         if rounds < 1:
@@ -398,8 +418,8 @@ def main() -> None:
         sampler_runs["ours_weights_split"] = ("sampler-ours-weights-split", sys.executable, "peers_ours_sampler.py",
                                               ["--weights-split", str(args.sampler_weights_split)], ours_env())
     for key in sampler_runs:
-        res["sampler"][key] = {name: [] for name in SIZES}
-    for r in range(args.sampler_rounds):
+        res["sampler"][key] = {name: [] for name in SIZES} if "sampler" in args.parts else {}
+    for r in range(args.sampler_rounds if "sampler" in args.parts else 0):
         keys = list(sampler_runs)
         for key in (keys if r % 2 == 0 else keys[::-1]):  # alternate which side goes first
             label, python, script, extra, env = sampler_runs[key]
@@ -408,7 +428,8 @@ def main() -> None:
                 res["sampler"][key][name].append(rows.get(name))
 
     rl_variants = {}  # size -> {result key: (rollout.mode, extra overrides)}: the runs of ours in each round
-    for name in args.rl_sizes:
+    rl_sizes = args.rl_sizes if "rl" in args.parts else []
+    for name in rl_sizes:
         rl_variants[name] = {"ours": ("sync", ())}
         if args.one_step_off:
             rl_variants[name]["one_step_off"] = ("one_step_off", ())
@@ -417,7 +438,7 @@ def main() -> None:
         for key in (*rl_variants[name], "trl"):
             res["rl"][key][name] = []
     for r in range(args.rl_rounds):
-        for k, name in enumerate(args.rl_sizes):
+        for k, name in enumerate(rl_sizes):
             for side in (["ours", "trl"] if (k + r) % 2 else ["trl", "ours"]):  # alternate which side goes first
                 if side == "trl":
                     res["rl"]["trl"][name].append(trl_rl(runner, args, name, folders[name], problems, out, r))
@@ -425,18 +446,26 @@ def main() -> None:
                 for key, (mode, extra) in rl_variants[name].items():
                     res["rl"][key][name].append(ours_rl(
                         runner, args, name, folders[name], out / f"ours-rl-{RUN_LABELS[key]}-{name}-r{r}",
-                        args.ours_steps, args.rl_new_tokens, mode, extra,
+                        args.ours_steps, (args.prompts_per_step, args.generations), args.rl_new_tokens, mode, extra,
                     ))
 
-    for row in runner.run("weight-sync", [sys.executable, str(BENCH / "peers_weight_sync.py"), "--scratch",
-                                          str(out / "weight-sync"), *(folders[n] for n in args.weight_sync_sizes)],
-                          ours_env()):
-        res["weight_sync"][Path(row["folder"]).name] = row
+    if "weight-sync" in args.parts:
+        for row in runner.run("weight-sync", [sys.executable, str(BENCH / "peers_weight_sync.py"), "--scratch",
+                                              str(out / "weight-sync"), *(folders[n] for n in args.weight_sync_sizes)],
+                              ours_env()):
+            res["weight_sync"][Path(row["folder"]).name] = row
 
-    for mode in ("sync", "inflight"):
-        res["inflight"][mode] = ours_rl(runner, args, args.inflight_size, folders[args.inflight_size],
-                                        out / f"ours-{mode}-{args.inflight_size}", args.inflight_steps,
-                                        args.inflight_new_tokens, mode)
+    if "inflight" in args.parts:
+        modes = ("sync", *(m for m in OVERLAPPED_MODES if m != "one_step_off" or args.one_step_off))
+        for mode in modes:
+            res["inflight"][mode] = []
+        for r in range(args.rl_rounds):
+            for mode in (modes if r % 2 == 0 else modes[::-1]):  # alternate which mode goes first
+                res["inflight"][mode].append(ours_rl(
+                    runner, args, args.inflight_size, folders[args.inflight_size],
+                    out / f"ours-{mode}-{args.inflight_size}-r{r}", args.inflight_steps,
+                    (args.inflight_prompts_per_step, args.inflight_generations), args.inflight_new_tokens, mode,
+                ))
 
     text = table(res, args)
     if runner.failures:
