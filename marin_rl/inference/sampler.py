@@ -22,9 +22,9 @@ LM head are Levanter's own), with the scheduling RL needs:
   the older weights (PipelineRL / vLLM in-flight behaviour: cheaper, but then a token's distribution mixes the
   new weights with keys/values of the old ones, so its log-prob matches no single policy exactly; on the tiny
   model, after a swap to weights 0.3 std away, "keep" log-probs were 0.6 nats (mean abs) off the new policy,
-  about as far as off the old one). With "recompute", an in-flight caller (`on_chunk` given) runs each chunk
-  boundary's refill shape once when the boundary is first reached, so the refill programs compile in the first
-  waves and no later swap waits for a compile.
+  about as far as off the old one). With "recompute", an in-flight caller (`on_chunk` given) compiles each chunk
+  boundary's refill program when the boundary shape is first reached, so a swap at a shape already reached never
+  waits for a compile.
 
 Devices: the sampler runs on a (data, fsdp, model) mesh (`mesh=`, a rollout worker's `hardware.rollout_mesh`;
 default one device): weights placed by the trainer's Haliax parameter mapping (heads / MLP width / vocabulary over
@@ -151,7 +151,7 @@ class Sampler:
         self.pad_id = int(pad_id) if pad_id is not None else (self.eos_ids[0] if self.eos_ids else 0)
         self.compile_events: list[str] = []
         self._params_seen: dict[tuple[float, int], kernels.DecodeParams] = {}
-        self._refill_shapes: set[tuple[int, int, int]] = set()  # (rows, length, slots) of refills run so far
+        self._refills: dict[tuple[int, int, int], Any] = {}  # (rows, length, slots) -> compiled refill program
         self.last_stats: dict[str, float] = {}
         self.load_seconds: list[float] = []  # engine-side weight loads (vLLM's); a swap here is a pointer change
 
@@ -377,28 +377,39 @@ class Sampler:
                              swaps_expected: bool) -> kernels.DecodeState:
         """Apply weights queued by set_weights; with kv_on_swap=recompute, rebuild the cache under them.
 
-        When swaps are expected (an in-flight caller: `on_chunk` given), a boundary without a swap still runs its
-        refill program once per shape, on a scratch cache: each program compiles the first time its boundary is
-        reached (the first waves, where the decode programs compile too), not at a later swap, where a ~1.5 s
-        compile stalled the sampler (docs/benchmarks.md "Stop 38").
+        When swaps are expected (an in-flight caller: `on_chunk` given), a boundary without a swap still compiles its
+        refill program, once per shape: the programs compile in the first waves, where the decode programs compile
+        too, and a swap at a boundary shape already reached runs without a compile (a ~1.5 s compile at each new
+        shape had stalled in-flight sampling: docs/benchmarks.md "Stop 38").
         """
         swapped = self._apply_pending_weights()
         progress.swaps += int(swapped)
         if self.kv_on_swap != "recompute" or not (swapped or swaps_expected):
             return state
-        B, slots = state.tokens.shape[0], state.cache.num_slots
-        refill_len = _pow2_bucket(cur, MIN_FILL_BUCKET, slots)
-        if not swapped and (B, refill_len, slots) in self._refill_shapes:
+        length = _pow2_bucket(cur, MIN_FILL_BUCKET, state.cache.num_slots)
+        shape = (state.tokens.shape[0], length, state.cache.num_slots)
+        if shape not in self._refills:
+            self._refills[shape] = self._compile_refill(state, length)
+        if not swapped:
             return state
-        self._refill_shapes.add((B, refill_len, slots))
-        cache = state.cache if swapped else init_cache(
-            self._model, B, slots, self.compute_dtype, kernels.state_sharding(self.mesh).cache
-        )
-        cache = self._timed(
-            "prefill", self._kernels.fill, f"batch={B} length={refill_len}", self._model, state.tokens, state.pad,
-            cache, length=refill_len,
-        )
-        return state._replace(cache=cache) if swapped else state
+        with compute_scope(self.mesh):
+            return state._replace(cache=self._refills[shape](self._model, state.tokens, state.pad, state.cache))
+
+    def _compile_refill(self, state: kernels.DecodeState, length: int):
+        """The refill program (the fill kernel over slots [0, length)) for `state`'s shapes, compiled from their types
+        alone: warming it allocates no second cache, and a swap whose arrays differ in type fails instead of
+        recompiling."""
+        t = time.perf_counter()
+        cache_type = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state.cache)
+        with compute_scope(self.mesh):
+            program = self._kernels.fill.lower(
+                self._model, state.tokens, state.pad, cache_type, length=length
+            ).compile()
+        msg = (f"compiled refill (batch={state.tokens.shape[0]} length={length} slots={state.cache.num_slots}) "
+               f"in {time.perf_counter() - t:.1f}s")
+        self.compile_events.append(msg)
+        logger.info("sampler: %s", msg)
+        return program
 
     def _decode_text(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
