@@ -362,7 +362,8 @@ def main() -> None:
     ap.add_argument("--rl-new-tokens", type=int, default=32, help="RL answer cap")
     ap.add_argument("--rl-sizes", nargs="+", default=["0.15M", "4M"], choices=list(SIZES))
     ap.add_argument("--one-step-off", action=argparse.BooleanOptionalAction, default=True,
-                    help="also run ours in rollout.mode=one_step_off (its own row: rollouts one version old)")
+                    help="also run ours in rollout.mode=one_step_off, in the RL rows and in the in-flight pair "
+                    "(its own rows: rollouts one version old)")
     ap.add_argument("--rl-weights-split", type=int, default=2,
                     help="hardware.rollout_mesh.model of the extra sync RL run at --rl-weights-split-sizes")
     ap.add_argument("--rl-weights-split-sizes", nargs="*", default=["4M"], choices=list(SIZES),
@@ -391,7 +392,7 @@ def main() -> None:
     for flag, rounds in (("--rl-rounds", args.rl_rounds), ("--sampler-rounds", args.sampler_rounds)):
         if rounds < 1:
             raise SystemExit(f"{flag} {rounds}: at least 1 (each round runs every variant once)")
-    if not Path(args.peers_python).exists():
+    if {"sampler", "rl"} & set(args.parts) and not Path(args.peers_python).exists():  # the parts with peers
         raise SystemExit(f"--peers-python {args.peers_python} not found: build it with `make bench-peers`")
 
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
