@@ -274,10 +274,13 @@ class Sampler:
             out = fn(*args, **kwargs)
         if cache_size() > before:
             jax.block_until_ready(out)
-            msg = f"compiled {name} ({shape_note}) in {time.perf_counter() - t:.1f}s"
-            self.compile_events.append(msg)
-            logger.info("sampler: %s", msg)
+            self._note_compile(name, shape_note, time.perf_counter() - t)
         return out
+
+    def _note_compile(self, name: str, shape_note: str, seconds: float) -> None:
+        msg = f"compiled {name} ({shape_note}) in {seconds:.1f}s"
+        self.compile_events.append(msg)
+        logger.info("sampler: %s", msg)
 
     def _generate_wave(
         self, wave: WaveRequest, params: kernels.DecodeParams, wave_key: jax.Array, progress: WaveProgress,
@@ -405,10 +408,10 @@ class Sampler:
             program = self._kernels.fill.lower(
                 self._model, state.tokens, state.pad, cache_type, length=length
             ).compile()
-        msg = (f"compiled refill (batch={state.tokens.shape[0]} length={length} slots={state.cache.num_slots}) "
-               f"in {time.perf_counter() - t:.1f}s")
-        self.compile_events.append(msg)
-        logger.info("sampler: %s", msg)
+        self._note_compile(
+            "refill", f"batch={state.tokens.shape[0]} length={length} slots={state.cache.num_slots}",
+            time.perf_counter() - t,
+        )
         return program
 
     def _decode_text(self, tokens: Sequence[int]) -> str:
