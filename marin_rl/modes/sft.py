@@ -48,6 +48,7 @@ def sft_main(spec: RunSpec, run_dir: Path) -> Path:
             max_seq_len=spec.model.max_seq_len,
             log_path=metrics_path,
             vocab_chunk=spec.model.logprob_vocab_chunk,
+            mesh=mesh,
             return_state=True,
         )
     extra = {

@@ -200,6 +200,7 @@ class TrainerActor:
         model, history = run_sft(
             self.state.model, self.tokenizer, examples, steps=s.sft.steps, batch_size=s.sft.batch_size,
             lr=s.sft.lr, seed=derive_seed(s.seed, "sft"), max_seq_len=s.model.max_seq_len, log_path=self.run_dir / "sft_metrics.jsonl",
+            mesh=self.trainer.mesh,
         )
         self.state = self.trainer.init_state(model, jax_key(s.seed, "trainer"))
         return {"steps": s.sft.steps, "seconds": time.monotonic() - t0, "final_loss": history[-1] if history else None}

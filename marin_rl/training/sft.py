@@ -22,10 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import Mesh
 
 from marin_rl.config.seeds import numpy_rng
 from marin_rl.config.spec import OptimizerConfig, RunSpec
 from marin_rl.inference.prompts import Prompt, encode_prompt, prompt_style
+from marin_rl.training import mesh as meshes
 from marin_rl.training.logprobs import response_logprobs
 from marin_rl.training.trainer import TrainerState, make_optimizer, trainable
 
@@ -114,12 +116,14 @@ def run_sft(
     vocab_chunk: int | None = None,
     print_every: int | None = None,
     return_state: bool = False,
+    mesh: Mesh | None = None,
 ) -> tuple[Any, list[float]]:
     """Train `model` for `steps` AdamW steps on `examples`; returns (model, per-step losses).
 
     Batches are drawn without replacement within each pass over the data (seeded). Each step appends
     {"step", "sft/loss", "sft/tokens", "time/step_s"} to `log_path` (JSONL) when given and prints progress.
     With return_state=True the first element is a TrainerState (model, optimizer state, step, key) instead.
+    `mesh`: the mesh the model is placed on, if any; the whole state is then placed on it before the first step.
     """
     if steps < 0 or batch_size < 1:
         raise ValueError(f"sft.steps={steps} must be >= 0 and sft.batch_size={batch_size} >= 1")
@@ -130,6 +134,10 @@ def run_sft(
     state = TrainerState(
         model, optimizer.init(trainable(model)), jnp.zeros((), jnp.int32), jax.random.PRNGKey(seed)
     )
+    if mesh is not None:
+        # jit keys its programs on where the arguments live: with the new optimizer state, step and key left
+        # unplaced next to a placed model, step 2 (on step 1's placed outputs) compiled the step a second time
+        state = meshes.shard_params(state, mesh)
     step_fn = _sft_step(opt_cfg, vocab_chunk)
 
     rng = np.random.default_rng(seed)
