@@ -48,10 +48,13 @@ run: install  ## the default job: SFT warm-start + RL of a tiny model on the CPU
 # Two pytest-xdist workers, a file at a time each (module fixtures built once), in tests/conftest.py's order
 # (longest end-to-end files first).
 TEST_WORKERS ?= 2
-test: install vllm  ## the test suite (slow end-to-end runs excluded)
+# The two venvs the tests use are independent and pip keeps about one core busy: they are built side by side.
+test:  ## the test suite (slow end-to-end runs excluded)
+	$(MAKE) --no-print-directory -j2 install vllm
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
-test-slow: install vllm  ## only the slow end-to-end tests
+test-slow:  ## only the slow end-to-end tests
+	$(MAKE) --no-print-directory -j2 install vllm
 	$(PY) -m pytest -q -m slow $(ARGS)
 
 lint: install  ## ruff
