@@ -30,7 +30,7 @@ def shared_data_dir() -> Path:
 # workers finish together instead of one ending on a minutes-long run while the other idles.
 LONGEST_FILES_FIRST = (
     "test_rl_loop.py",  # six runs, ~430 s in all
-    "test_vllm_rl.py",  # two runs of ~200 s
+    "test_vllm_rl.py",  # a learning run of ~300 s and a 6-step one
     "test_two_node_ray.py",
     "test_ray_security.py",
     "test_rl_mesh.py",
