@@ -94,5 +94,5 @@ lock-vllm: vllm  ## re-pin requirements-vllm.txt from the current .venv-vllm
 	mv requirements-vllm.txt.new requirements-vllm.txt
 
 clean:  ## remove the venvs, caches and run outputs
-	rm -rf $(VENV) $(VLLM_VENV) $(PEERS) outputs multirun .pytest_cache .ruff_cache wandb
+	rm -rf $(VENV) $(VLLM_VENV) $(PEERS) outputs multirun .pytest_cache .ruff_cache wandb .cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

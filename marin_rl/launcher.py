@@ -154,6 +154,9 @@ def resume_hint(spec: RunSpec, run_dir: Path) -> str:
 
 
 def _dispatch(spec: RunSpec, objective: str | None, run_dir: Path) -> float | None:
+    from marin_rl.runtime.compile_cache import use_compile_cache
+
+    use_compile_cache(spec.hardware.compile_cache)
     if spec.mode == "rl":
         from marin_rl.modes.rl import run_rl
 

@@ -91,6 +91,10 @@ EFFECTS = {
     "malloc_hugepages": (
         [], ["hardware.malloc_hugepages=false"], lambda s: actor_runtime_env(s)["env_vars"].get("GLIBC_TUNABLES")
     ),
+    "compile_cache": (  # each part's effect on a real process: tests/test_compile_cache.py
+        [], ["hardware.compile_cache.dir=null"],
+        lambda s: actor_runtime_env(s)["env_vars"].get("JAX_COMPILATION_CACHE_DIR"),
+    ),
     "param_dtype": ([], ["hardware.param_dtype=bfloat16"], lambda s: (trainer_dtypes(s)[0], memory_plan(s).trainer["parameters"])),
 }
 

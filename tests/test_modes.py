@@ -40,10 +40,13 @@ def test_sft_export_generate_eval(tmp_path):
     assert {"prompt", "response", "reward", "correct", "prompt_tokens", "response_tokens"} <= set(lines[0])
 
     # the evaluation samples with its weights split over 4 simulated devices (rows over data, heads over model)
-    eval_dir = tmp_path / "eval"
+    # (into a compile cache of its own: the modes that run in the launching process use it too)
+    eval_dir, cache_dir = tmp_path / "eval", tmp_path / "compile_cache"
     out = launch("mode=eval", "recipe=quickstart", f"model.init_checkpoint={ckpt}", "train.eval_prompts=16",
-                 "hardware.rollout_mesh={data: 2, fsdp: 1, model: 2}", f"hydra.run.dir={eval_dir}")
+                 "hardware.rollout_mesh={data: 2, fsdp: 1, model: 2}", f"hardware.compile_cache.dir={cache_dir}",
+                 f"hydra.run.dir={eval_dir}")
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((eval_dir / "summary.json").read_text())
     assert summary["eval"]["n_problems"] == 16
     assert summary["sampler_devices"] == 4
+    assert list(cache_dir.glob("*-cache"))

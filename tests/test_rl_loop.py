@@ -39,8 +39,10 @@ def weights_digest(run_dir) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def sync_run(tmp_path_factory):
+    """The run, compiling every program into a compile cache of its own (which the seed test's rerun loads)."""
     run_dir = tmp_path_factory.mktemp("sync") / "run"
-    out = launch(*SYNC, f"hydra.run.dir={run_dir}")
+    cache_dir = run_dir.parent / "compile_cache"
+    out = launch(*SYNC, f"hardware.compile_cache.dir={cache_dir}", f"hydra.run.dir={run_dir}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return run_dir, out
 
@@ -71,14 +73,26 @@ def test_sync_run_end_to_end(sync_run):
     assert "eval pass@1 after RL" in out.stdout
 
 
+def stamps(compile_cache_dir) -> dict[str, int]:
+    """The access time JAX's compile cache stamps (in an `<key>-atime` file) on each program it stores or loads."""
+    return {p.name: int.from_bytes(p.read_bytes(), "little") for p in compile_cache_dir.glob("*-atime")}
+
+
 def test_the_seed_reproduces_a_sync_run(sync_run, tmp_path):
     """Same seed, same machine: identical metrics (wall-clock fields aside) and bit-identical final weights. The
     second run moves its weights through shared memory instead of the object store: the channel changes nothing
-    the run computes, and its slots are gone when the run ends."""
+    the run computes, and its slots are gone when the run ends. It loads every program the first run compiled
+    (hardware.compile_cache): a loaded program computes what the compiled one did."""
     first, _ = sync_run
+    cache_dir = first.parent / "compile_cache"
+    compiled = stamps(cache_dir)
     slots_before = set(SHM_ROOT.glob(f"{SHM_DIR_PREFIX}*"))
-    out = launch(*SYNC, "rollout.weight_sync.method=shared_memory", f"hydra.run.dir={tmp_path}")
+    out = launch(*SYNC, "rollout.weight_sync.method=shared_memory", f"hardware.compile_cache.dir={cache_dir}",
+                 f"hydra.run.dir={tmp_path}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    reloaded = stamps(cache_dir)
+    assert compiled and set(reloaded) == set(compiled)  # nothing new compiled
+    assert all(reloaded[name] > stamp for name, stamp in compiled.items())  # every program loaded
     assert set(SHM_ROOT.glob(f"{SHM_DIR_PREFIX}*")) <= slots_before
     assert steady(metrics(tmp_path)) == steady(metrics(first))
     assert weights_digest(tmp_path) == weights_digest(first)

@@ -126,6 +126,14 @@ class VllmConfig(StrictModel):
     max_num_seqs: int = Field(256, gt=0)  # sequences the engine decodes together
 
 
+class CompileCacheConfig(StrictModel):
+    """JAX's persistent compilation cache, shared by every process of a run (runtime/compile_cache.py)."""
+
+    dir: str | None = ".cache/jax"  # folder of compiled programs, relative to the project; null = compile every time
+    max_gb: float = Field(2.0, gt=0.0)  # least recently used programs are deleted beyond this size
+    min_compile_s: float = Field(0.0, ge=0.0)  # programs that compiled faster than this are not stored
+
+
 class HardwareConfig(StrictModel):
     name: str
     accelerator: Literal["cpu", "gpu", "tpu"]
@@ -147,6 +155,8 @@ class HardwareConfig(StrictModel):
     trainer_processes: int = Field(1, ge=1)
     # every Ray actor starts with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (runtime/allocator.py)
     malloc_hugepages: bool = True
+    # a relaunch (resume, sweep trial, next test) loads the programs an earlier run compiled
+    compile_cache: CompileCacheConfig = CompileCacheConfig()
 
     vllm: VllmConfig = VllmConfig()  # read only when inference_backend=vllm
 

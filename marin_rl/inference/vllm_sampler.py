@@ -32,13 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from marin_rl.config.paths import PROJECT_ROOT
 from marin_rl.config.seeds import derive_seed
 from marin_rl.inference import vllm_protocol as proto
 from marin_rl.inference.requests import check_generation, normalize_prompts
 from marin_rl.inference.sampler import KV_ON_SWAP
 from marin_rl.inference.stops import eos_token_ids, first_stop
 from marin_rl.inference.types import Completion, SampleRequest
-from marin_rl.inference.vllm_env import PROJECT_ROOT, vllm_python
+from marin_rl.inference.vllm_env import vllm_python
 
 if TYPE_CHECKING:
     from marin_rl.config.spec import SamplerConfig, VllmConfig

@@ -11,6 +11,7 @@ from typing import Any
 from marin_rl.config.spec import RunSpec
 from marin_rl.runtime.actor_devices import cpu_device_env
 from marin_rl.runtime.allocator import allocator_env
+from marin_rl.runtime.compile_cache import compile_cache_env
 from marin_rl.runtime.ray_security import require_token_auth, secure_ray_environment
 
 # How often a job that waits for its placement group says so. It waits without a deadline: in a sweep on a small
@@ -25,6 +26,7 @@ def actor_runtime_env(spec: RunSpec, role: str | None = None) -> dict[str, Any]:
     env_vars = {"JAX_PLATFORMS": "cpu"} if spec.hardware.accelerator == "cpu" else {}
     env_vars.update({"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")})
     env_vars.update(allocator_env(spec.hardware.malloc_hugepages))
+    env_vars.update(compile_cache_env(spec.hardware.compile_cache))
     if role is not None:
         env_vars.update(cpu_device_env(spec.hardware, role))
     return {"env_vars": env_vars}
