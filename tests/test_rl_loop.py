@@ -93,6 +93,9 @@ def test_the_seed_reproduces_a_sync_run(sync_run, tmp_path):
     reloaded = stamps(cache_dir)
     assert compiled and set(reloaded) == set(compiled)  # nothing new compiled
     assert all(reloaded[name] > stamp for name, stamp in compiled.items())  # every program loaded
+    programs, reran = summary(first)["programs"], summary(tmp_path)["programs"]  # trainer + worker, as counted
+    assert programs["compiled"] >= len(compiled)  # the first run's worker loads some that its trainer compiled
+    assert reran["compiled"] == 0 and reran["loaded"] == programs["compiled"] + programs["loaded"]
     assert set(SHM_ROOT.glob(f"{SHM_DIR_PREFIX}*")) <= slots_before
     assert steady(metrics(tmp_path)) == steady(metrics(first))
     assert weights_digest(tmp_path) == weights_digest(first)

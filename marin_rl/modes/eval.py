@@ -20,6 +20,7 @@ def eval_main(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     from marin_rl.inference.mesh_placement import rollout_mesh
     from marin_rl.models.policy import build_policy
     from marin_rl.runlog.eval_summary import summarize_eval
+    from marin_rl.runtime.compile_cache import count_programs
 
     model, tokenizer, _ = build_policy(spec.model, jax_key(spec.seed, "model-init"))
     env = build_environment(spec.env, seed=spec.seed)
@@ -36,7 +37,10 @@ def eval_main(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         )
     finally:
         sampler.close()
-    summary = {"status": "completed", "eval": summarize_eval(eval_records(samples)), "sampler_devices": devices}
+    summary = {
+        "status": "completed", "eval": summarize_eval(eval_records(samples)), "sampler_devices": devices,
+        "programs": count_programs().stats(),  # XLA programs compiled / loaded from hardware.compile_cache
+    }
     write_summary(run_dir, summary)
     print(f"eval pass@1 = {summary['eval']['pass_at_1']:.3f} on {len(problems)} prompts ({devices} devices)", flush=True)
     return summary

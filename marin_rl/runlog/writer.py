@@ -159,6 +159,9 @@ def format_summary_table(summary: dict[str, Any]) -> str:
     ]
     if "pass_at_1" in before and "pass_at_1" in after:
         rows.append(("gain", f"{after['pass_at_1'] - before['pass_at_1']:+.3f}"))
+    if programs := summary.get("programs"):
+        rows.append(("XLA programs", f"{programs['compiled']} compiled, {programs['loaded']} loaded from the compile "
+                                     f"cache ({programs['seconds']:.1f} s)"))
     if summary.get("decontam"):
         rows.append(("decontam/dropped", f"{summary['decontam']['dropped']} of {summary['decontam']['checked']}"))
     width = max(len(k) for k, _ in rows)

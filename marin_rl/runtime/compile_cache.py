@@ -44,3 +44,48 @@ def use_compile_cache(cfg: CompileCacheConfig, environ: MutableMapping[str, str]
     jax.config.update("jax_compilation_cache_dir", env["JAX_COMPILATION_CACHE_DIR"])
     jax.config.update("jax_compilation_cache_max_size", int(env["JAX_COMPILATION_CACHE_MAX_SIZE"]))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", cfg.min_compile_s)
+
+
+# JAX records this around each program it needs, whether it compiles it or loads it from the cache
+PROGRAM_EVENT = "/jax/core/compile/backend_compile_duration"
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+
+
+class ProgramCounter:
+    """This process's XLA programs since it started counting: how many, how many the cache supplied, and the
+    seconds spent getting them (compiling or loading)."""
+
+    def __init__(self) -> None:
+        self.programs, self.loaded, self.seconds = 0, 0, 0.0
+
+    def on_duration(self, event: str, duration: float, **_) -> None:
+        if event == PROGRAM_EVENT:
+            self.programs += 1
+            self.seconds += duration
+
+    def on_event(self, event: str, **_) -> None:
+        if event == CACHE_HIT_EVENT:
+            self.loaded += 1
+
+    def stats(self) -> dict[str, float]:
+        return {"compiled": self.programs - self.loaded, "loaded": self.loaded, "seconds": round(self.seconds, 3)}
+
+
+_COUNTER: ProgramCounter | None = None
+
+
+def count_programs() -> ProgramCounter:
+    """The process's one counter, listening from the first call on (call it before the process compiles)."""
+    global _COUNTER
+    if _COUNTER is None:
+        import jax
+
+        _COUNTER = ProgramCounter()
+        jax.monitoring.register_event_duration_secs_listener(_COUNTER.on_duration)
+        jax.monitoring.register_event_listener(_COUNTER.on_event)
+    return _COUNTER
+
+
+def total_programs(stats: list[dict[str, float]]) -> dict[str, float]:
+    """The programs of several processes (a run's trainer and rollout workers) added up."""
+    return {key: round(sum(s[key] for s in stats), 3) for key in ("compiled", "loaded", "seconds")}

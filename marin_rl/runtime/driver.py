@@ -24,6 +24,7 @@ from marin_rl.runlog.writer import (
     plot_curves,
     write_summary,
 )
+from marin_rl.runtime.compile_cache import total_programs
 from marin_rl.runtime.ray_cluster import (
     actor_options,
     actor_runtime_env,
@@ -268,6 +269,7 @@ class RunDriver:
             ray.get(self.coordinator.request_stop.remote("training finished"))
         ckpt = last_row.get("checkpoint") or ray.get(self.trainer.checkpoint.remote())  # the last step's, if on cadence
         eval_after = self._evaluate(step)
+        programs = total_programs(ray.get([a.program_stats.remote() for a in [self.trainer, *self.workers]]))
         rows, _ = read_metrics(self.run_dir / "metrics.jsonl")
         eval_rows = [
             {"step": start_step if not info["resumed_from"] else 0, "eval/pass_at_1": eval_before["pass_at_1"]},
@@ -288,6 +290,7 @@ class RunDriver:
             "worker_restarts": self.worker_restarts,
             "decontam": decontam,  # None when off or when no component has a fixed training set
             "nodes": nodes,  # Ray node id of the trainer and of each rollout worker
+            "programs": programs,  # XLA programs of the trainer and workers: compiled, loaded (compile cache), seconds
         }
         write_summary(self.run_dir, summary)
         if s.tracking.plots:

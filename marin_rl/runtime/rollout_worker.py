@@ -32,6 +32,7 @@ from marin_rl.inference.graded_sampling import eval_records, sample_and_score, t
 from marin_rl.inference.mesh_placement import rollout_mesh
 from marin_rl.models.policy import policy_structure
 from marin_rl.rollouts import RolloutGroup
+from marin_rl.runtime.compile_cache import count_programs
 from marin_rl.runtime.one_step_off import next_lagged_round
 from marin_rl.runtime.weight_sync import (
     WeightPacket,
@@ -53,6 +54,7 @@ class RolloutWorker:
     ):
         import ray
 
+        self.programs = count_programs()  # before the first compile
         self.spec = RunSpec.model_validate(spec)
         self.worker_id = worker_id
         # The pid lets operators (and the fault-tolerance test) find this worker's process.
@@ -295,3 +297,6 @@ class RolloutWorker:
 
     def ping(self) -> int:
         return self.version
+
+    def program_stats(self) -> dict[str, float]:
+        return self.programs.stats()

@@ -30,6 +30,7 @@ from marin_rl.inference.mesh_placement import weight_devices
 from marin_rl.models.policy import build_policy
 from marin_rl.rollouts import RolloutGroup, staleness
 from marin_rl.runlog.writer import WALL_BEFORE_RESUME
+from marin_rl.runtime.compile_cache import count_programs
 from marin_rl.runtime.one_step_off import MODE as ONE_STEP_OFF
 from marin_rl.runtime.one_step_off import batch_weights_version
 from marin_rl.runtime.replay_buffer import ReplayBuffer
@@ -89,6 +90,7 @@ def trained_metrics(groups: list[RolloutGroup]) -> dict[str, float]:
 
 class TrainerActor:
     def __init__(self, spec: dict, run_dir: str, coordinator: Any, weights_dir: str | None):
+        self.programs = count_programs()  # before the first compile
         self.spec = RunSpec.model_validate(spec)
         # one JAX process of several only when asked (the driver set JAX_COORDINATOR_ADDRESS etc.): a lone trainer on
         # a host of a multi-host TPU slice must not wait for the slice's other hosts
@@ -117,6 +119,9 @@ class TrainerActor:
         self.stats_lock = threading.Lock()
         self.groups_per_step = s.train.batch_size // s.rollout.n_generations
         self.base_version = 0  # the version RL (re)started from: one_step_off's pipeline starts there
+
+    def program_stats(self) -> dict[str, float]:
+        return self.programs.stats()
 
     @property
     def version(self) -> int:
