@@ -51,11 +51,11 @@ TEST_WORKERS ?= 2
 # The two venvs the tests use are independent and pip keeps about one core busy: they are built side by side.
 test:  ## the test suite (slow end-to-end runs excluded)
 	$(MAKE) --no-print-directory -j2 install vllm
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(ARGS)
 
 test-slow:  ## only the slow end-to-end tests
 	$(MAKE) --no-print-directory -j2 install vllm
-	$(PY) -m pytest -q -m slow $(ARGS)
+	$(PY) -m pytest -q -m slow --durations=15 $(ARGS)
 
 lint: install  ## ruff
 	$(VENV)/bin/ruff check marin_rl tests launch.py bench

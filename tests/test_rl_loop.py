@@ -71,6 +71,7 @@ def test_sync_run_end_to_end(sync_run):
     assert [checkpoint_step(p) for p in list_checkpoints(run_dir / "checkpoints")] == [2, 4]
     assert (run_dir / "spec.yaml").exists() and (run_dir / "wandb").is_dir()
     assert "eval pass@1 after RL" in out.stdout
+    assert s["programs"]["compiled"] > 0 and f"{s['programs']['compiled']} compiled" in out.stdout  # end table
 
 
 def stamps(compile_cache_dir) -> dict[str, int]:
