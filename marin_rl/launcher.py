@@ -154,10 +154,9 @@ def resume_hint(spec: RunSpec, run_dir: Path) -> str:
 
 
 def _dispatch(spec: RunSpec, objective: str | None, run_dir: Path) -> float | None:
-    from marin_rl.runtime.compile_cache import count_programs, use_compile_cache
+    from marin_rl.runtime.compile_cache import use_compile_cache
 
     use_compile_cache(spec.hardware.compile_cache)
-    count_programs()  # mode=eval's summary reports this process's programs
     if spec.mode == "rl":
         from marin_rl.modes.rl import run_rl
 

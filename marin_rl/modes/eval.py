@@ -22,6 +22,7 @@ def eval_main(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     from marin_rl.runlog.eval_summary import summarize_eval
     from marin_rl.runtime.compile_cache import count_programs
 
+    programs = count_programs()  # before the first compile: the summary reports this process's programs
     model, tokenizer, _ = build_policy(spec.model, jax_key(spec.seed, "model-init"))
     env = build_environment(spec.env, seed=spec.seed)
     sampler = build_sampler(
@@ -39,7 +40,7 @@ def eval_main(spec: RunSpec, run_dir: Path) -> dict[str, Any]:
         sampler.close()
     summary = {
         "status": "completed", "eval": summarize_eval(eval_records(samples)), "sampler_devices": devices,
-        "programs": count_programs().stats(),  # XLA programs compiled / loaded from hardware.compile_cache
+        "programs": programs.stats(),  # XLA programs compiled / loaded from hardware.compile_cache
     }
     write_summary(run_dir, summary)
     print(f"eval pass@1 = {summary['eval']['pass_at_1']:.3f} on {len(problems)} prompts ({devices} devices)", flush=True)
