@@ -8,9 +8,10 @@ weights (medians over --repeats calls, milliseconds), one JSON line per folder:
   place, in this process, --gap-ms apart as steps are; once with the checksum pool as configured
   (weight_checksum.PARALLEL_MIN_BYTES) and once forced through the pool (`_pool` keys), so the threshold can be
   checked on this machine;
-- place_ms: WeightPlacement.model of the fetched arrays onto the sampler's one-device mesh, each array copied as
-  from a shared-memory slot (a rollout worker's pull, after the fetch);
-- layout_ms: WeightLayout of the placed model, to its finish (what Sampler.set_weights runs at every swap);
+- place_ms: WeightPlacement.model of the fetched arrays onto the sampler's one-device mesh, as a rollout worker
+  places a swap's weights (not copied: on the CPU the placed arrays may alias the slot);
+- layout_ms: WeightLayout of the placed model, to its finish (what Sampler.set_weights(lent=True) runs at every
+  swap, before the slot is released: the sampler's own copy of the weights);
 - pickle_ms / unpickle_ms: Ray's cloudpickle of the groups one step ships (--groups x --group-size rollouts of
   random lengths up to 32 tokens).
 
@@ -105,8 +106,8 @@ def overheads(folder: str, args) -> dict:
         weight_checksum.PARALLEL_MIN_BYTES = configured
     mesh = single_device_mesh()  # a worker places pulled weights on its sampler's mesh, so the layout moves none
     placement = WeightPlacement(model, mesh)
-    row["place_ms"] = median_ms(lambda: placement.model(arrays, lent=True), args.repeats)  # copied as from a slot
-    placed = placement.model(arrays, lent=True)
+    row["place_ms"] = median_ms(lambda: placement.model(arrays), args.repeats)  # as a swap places a slot's arrays
+    placed = placement.model(arrays)
     layout = WeightLayout(model, mesh, jnp.float32)
     row["layout_ms"] = median_ms(lambda: jax.block_until_ready(layout(placed)), args.repeats)
     groups = random_groups(args.groups, args.group_size)

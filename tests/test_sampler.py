@@ -4,6 +4,7 @@ the chunk-independence test, which adds a second), so the decoder compiles once 
 
 from __future__ import annotations
 
+import os
 import threading
 
 import jax
@@ -233,6 +234,31 @@ def test_set_weights_takes_host_arrays_and_other_float_dtypes(model_a, model_b, 
     s.set_weights(jax.tree.map(lambda x: x.astype(jnp.bfloat16) if eqx.is_array(x) else x, model_b), 2)
     s.generate(prompts[:1], 1, key=jax.random.PRNGKey(0))
     assert {x.dtype for x in jax.tree.leaves(eqx.filter(s.model, eqx.is_array))} == {jnp.dtype(jnp.float32)}
+
+
+def test_weights_lent_by_a_shared_memory_slot_are_copied_before_it_is_released(model_a, model_b, tok, prompts,
+                                                                               tmp_path):
+    """A rollout worker places a swap's weights as views of the shared-memory slot (no copy) and hands them to
+    set_weights(lent=True): the sampler's laid-out copy is all it keeps, so rewriting the slot afterwards (the
+    trainer's next lap of the ring) leaves the sampler decoding the weights it was given."""
+    from marin_rl.runtime.weight_sync import SharedMemoryChannel, WeightPlacement, model_to_arrays
+
+    s = Sampler(model_a, tok, sampler_cfg(), MAX_SEQ_LEN, version=0, seed=2)
+    channel = SharedMemoryChannel(tmp_path, slots=1)
+    packet = channel.publish(model_to_arrays(model_b), 1)
+    placement = WeightPlacement(model_a, s.mesh)
+    with channel.fetched(packet, timeout_s=1) as arrays:
+        placed = jax.tree.leaves(placement.model(arrays))
+        slot = {a.ctypes.data for a in arrays}
+        assert slot & {x.unsafe_buffer_pointer() for x in placed}  # the zero-copy placement this test is about
+        s.set_weights(placement.model(arrays), 1, lent=True)
+    inode = os.stat(packet.path).st_ino
+    channel.publish(model_to_arrays(model_a), 2)  # slot0 rewritten in place, under the placed views
+    assert os.stat(packet.path).st_ino == inode
+    assert not slot & {x.unsafe_buffer_pointer() for x in jax.tree.leaves(s._pending[0])}
+    rows = _rows(prompts, s.generate(prompts, 2, key=jax.random.PRNGKey(0)))
+    assert {c.max_version for _, c in rows} == {1}
+    assert max_abs_diff(model_b, rows, 1.0) < TOL
 
 
 def test_weight_swap_keep_cache_continues_on_old_kv(model_a, model_b, tok, prompts):

@@ -99,12 +99,21 @@ def test_vllm_logprobs_match_the_trainer(fresh, models, prompts, temperature):
     assert gaps(a, prompts, results, 1.7 - temperature).max() > 1e-2  # the comparison can fail
 
 
-def test_a_weight_update_changes_outputs_and_version(fresh, models, prompts):
+def test_a_weight_update_changes_outputs_and_version(fresh, models, prompts, tmp_path):
+    """The update comes as a rollout worker's swap does with rollout.weight_sync.method=shared_memory: weights
+    placed as views of a slot, lent to set_weights, the slot rewritten right after (the engine loads them later)."""
+    from marin_rl.inference.mesh_placement import single_device_mesh
+    from marin_rl.runtime.weight_sync import SharedMemoryChannel, WeightPlacement, model_to_arrays
+
     a, b, _ = models
     greedy = dict(temperature=0.0)
     before = fresh.generate(prompts, 1, **greedy)
     loads = len(fresh.load_seconds)
-    fresh.set_weights(b, 5)
+    channel = SharedMemoryChannel(tmp_path, slots=1)
+    packet = channel.publish(model_to_arrays(b), 5)
+    with channel.fetched(packet, timeout_s=1) as arrays:
+        fresh.set_weights(WeightPlacement(a, single_device_mesh()).model(arrays), 5, lent=True)
+    channel.publish(model_to_arrays(a), 6)  # the slot rewritten in place before the engine loads the weights
     assert fresh.version == 5
     after = fresh.generate(prompts, 1, **greedy)
     assert len(fresh.load_seconds) == loads + 1  # one in-place load, no engine restart

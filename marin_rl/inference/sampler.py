@@ -179,9 +179,13 @@ class Sampler:
         """Restart the sampling key from `seed`: a caller that reseeds each round makes rounds independent of order."""
         self._key = jax.random.PRNGKey(seed)
 
-    def set_weights(self, model, version: int) -> None:
-        """Queue new weights (same shapes) for the next chunk boundary; thread-safe; the latest call wins."""
+    def set_weights(self, model, version: int, lent: bool = False) -> None:
+        """Queue new weights (same shapes) for the next chunk boundary; thread-safe; the latest call wins.
+        lent: `model`'s arrays may alias memory reused once this returns (a shared-memory slot): the laid-out copy,
+        the only one the sampler keeps (the layout program writes fresh buffers), is finished before returning."""
         model = self._layout(model)
+        if lent:
+            jax.block_until_ready(model)
         with self._weights_lock:
             self._pending = (model, int(version))
 

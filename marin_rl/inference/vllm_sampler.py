@@ -172,15 +172,17 @@ class VllmSampler:
     def reseed(self, seed: int) -> None:
         self._seed, self._calls = int(seed), 0
 
-    def set_weights(self, model, version: int) -> None:
-        """Queue new weights (same shapes) for the next chunk boundary; thread-safe; the latest call wins."""
+    def set_weights(self, model, version: int, lent: bool = False) -> None:
+        """Queue new weights (same shapes) for the next chunk boundary; thread-safe; the latest call wins.
+        lent: `model`'s arrays may alias memory reused once this returns (a shared-memory slot): they are copied."""
         from marin_rl.models.hf_io import hf_state_dict
 
         state = hf_state_dict(model)
         if list(state) != self.names:
             raise ValueError("set_weights: the new model's parameter names differ from the engine's model")
+        host = np.array if lent else np.ascontiguousarray  # np.array always copies (C order)
         with self._weights_lock:
-            self._pending = ([np.ascontiguousarray(state[k]) for k in self.names], int(version))
+            self._pending = ([host(state[k]) for k in self.names], int(version))
 
     def _take_pending(self) -> tuple | None:
         """(names, arrays, version) for the engine, if weights are queued; the queued version becomes current."""

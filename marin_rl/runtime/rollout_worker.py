@@ -110,15 +110,17 @@ class RolloutWorker:
 
     def _load_weights(self, packet) -> None:
         t0 = time.monotonic()
+        lent = self.channel.lends_memory
         with self.channel.fetched(packet, self.spec.rollout.weight_sync.timeout_s) as arrays:
-            model = self.placement.model(arrays, lent=self.channel.lends_memory)
+            if self.sampler is None:  # a copy: the sampler is built after the slot is released
+                model = self.placement.model(arrays, lent=lent)
+            else:  # placed as they are (on the CPU, views of a lent slot): set_weights copies what it keeps
+                self.sampler.set_weights(self.placement.model(arrays), packet.version, lent=lent)
         if self.sampler is None:
             self.sampler = build_sampler(
                 self.spec, model, self.tokenizer, version=packet.version, seed=derive_seed(self.spec.seed, "sampler"),
                 workdir=self.run_dir / "workers" / f"engine_{self.worker_id}", mesh=self.mesh,
             )
-        else:
-            self.sampler.set_weights(model, packet.version)
         self.version = packet.version
         self.pull_seconds += time.monotonic() - t0
         self.pull_bytes += packet.nbytes

@@ -81,8 +81,10 @@ class WeightPlacement:
 
     def model(self, arrays: list[np.ndarray], lent: bool = False) -> Any:
         """The model carrying `arrays`; every shape and dtype must match (else WeightSyncError).
-        lent: the arrays' memory is reused once this returns (a shared-memory slot), so every placed array must be
-        a copy: on the CPU jax.device_put may alias a numpy array's memory instead of copying it."""
+        lent: the arrays' memory is reused once this returns (a shared-memory slot) while the model is kept, so
+        every placed array must be a copy: on the CPU jax.device_put may alias a numpy array's memory instead of
+        copying it. Without it the placed arrays may alias `arrays` (a swap places a slot's arrays so, and
+        Sampler.set_weights(lent=True) copies them before the slot is released)."""
         if len(self.slots.specs) != len(arrays):
             raise WeightSyncError(f"weight set has {len(arrays)} arrays, the model has {len(self.slots.specs)}")
         for i, ((shape, dtype), new) in enumerate(zip(self.slots.specs, arrays)):
