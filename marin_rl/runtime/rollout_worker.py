@@ -75,6 +75,7 @@ class RolloutWorker:
         self.channel = make_channel(self.spec.rollout.weight_sync.method, weights_dir)
         self.version = -1
         self.sampler_lock = threading.RLock()  # held across a round's (or an evaluation's) weight load and sampling
+        self.load_lock = threading.Lock()  # held by each weight load (_load_weights), taken after sampler_lock
         self.pull_seconds = 0.0  # spent fetching weights since the last shipped round
         self.pull_bytes = 0  # weight bytes fetched since the last shipped round
         self.grading_seen = grading_counts(self.env)  # pool counters already reported
@@ -109,21 +110,25 @@ class RolloutWorker:
         self._load_weights(packet)
 
     def _load_weights(self, packet) -> None:
-        t0 = time.monotonic()
-        lent = self.channel.lends_memory
-        with self.channel.fetched(packet, self.spec.rollout.weight_sync.timeout_s) as arrays:
-            if self.sampler is None:  # a copy: the sampler is built after the slot is released
-                model = self.placement.model(arrays, lent=lent)
-            else:  # placed as they are (on the CPU, views of a lent slot): set_weights copies what it keeps
-                self.sampler.set_weights(self.placement.model(arrays), packet.version, lent=lent)
-        if self.sampler is None:
-            self.sampler = build_sampler(
-                self.spec, model, self.tokenizer, version=packet.version, seed=derive_seed(self.spec.seed, "sampler"),
-                workdir=self.run_dir / "workers" / f"engine_{self.worker_id}", mesh=self.mesh,
-            )
-        self.version = packet.version
-        self.pull_seconds += time.monotonic() - t0
-        self.pull_bytes += packet.nbytes
+        # One load at a time: the loop and an evaluation (max_concurrency=2) may both pull, and a load that saw no
+        # sampler must be the one that builds it.
+        with self.load_lock:
+            t0 = time.monotonic()
+            lent = self.channel.lends_memory
+            with self.channel.fetched(packet, self.spec.rollout.weight_sync.timeout_s) as arrays:
+                if self.sampler is None:  # a copy: the sampler is built after the slot is released
+                    model = self.placement.model(arrays, lent=lent)
+                else:  # placed as they are (on the CPU, views of a lent slot): set_weights copies what it keeps
+                    self.sampler.set_weights(self.placement.model(arrays), packet.version, lent=lent)
+            if self.sampler is None:
+                self.sampler = build_sampler(
+                    self.spec, model, self.tokenizer, version=packet.version,
+                    seed=derive_seed(self.spec.seed, "sampler"),
+                    workdir=self.run_dir / "workers" / f"engine_{self.worker_id}", mesh=self.mesh,
+                )
+            self.version = packet.version
+            self.pull_seconds += time.monotonic() - t0
+            self.pull_bytes += packet.nbytes
 
     def _wait_for_weights(self, newer_than: int, until_stop: bool = True) -> None:
         """Pull until weights newer than `newer_than` arrive (or, with until_stop, the run stops)."""
