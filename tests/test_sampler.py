@@ -250,8 +250,10 @@ def test_weights_lent_by_a_shared_memory_slot_are_copied_before_it_is_released(m
     with channel.fetched(packet, timeout_s=1) as arrays:
         lo, hi = min(a.ctypes.data for a in arrays), max(a.ctypes.data + a.nbytes for a in arrays)
         in_slot = lambda leaves: [x for x in leaves if lo <= x.unsafe_buffer_pointer() < hi]  # noqa: E731
-        assert in_slot(jax.tree.leaves(placement.model(arrays)))  # the zero-copy placement this test is about
-        s.set_weights(placement.model(arrays), 1, lent=True)
+        placed = placement.model(arrays)
+        assert in_slot(jax.tree.leaves(placed))  # the zero-copy placement this test is about
+        s.set_weights(placed, 1, lent=True)
+        del placed  # as a worker's swap: nothing but the sampler's copy outlives the block
     inode = os.stat(packet.path).st_ino
     channel.publish(model_to_arrays(model_a), 2)  # slot0 rewritten in place, under the placed views
     assert os.stat(packet.path).st_ino == inode
