@@ -99,7 +99,7 @@ def test_command_line_overrides_beat_the_recipe():
          ["sft.warmstart", "hardware.trainer_processes=2", "sft.warmstart=false"]),
         (["rollout.weight_sync.method=shared_memory", "ray.address=10.0.0.1:6379"],
          ["rollout.weight_sync.method=shared_memory", "ray.address='10.0.0.1:6379'", "object_store", "ray.address=null"]),
-        (["rollout.weight_sync.dir=/tmp/w"], ["rollout.weight_sync.dir='/tmp/w'", "method=object_store", "method=files"]),
+        (["rollout.weight_sync.dir=/tmp/w"], ["rollout.weight_sync.dir='/tmp/w'", "method=auto", "method=files"]),
         (["rollout.weight_sync.method=rdma"], ["rollout.weight_sync.method", "rdma", "shared_memory", "files"]),
         (["hardware.trainer_mesh={data: 1, fsdp: 3, model: 1}", "hardware.trainer_processes=2", "sft.warmstart=false"],
          ["hardware.trainer_processes=2", "must divide", "hardware.trainer_mesh"]),

@@ -152,3 +152,23 @@ def test_shared_memory_weights_that_do_not_fit_in_dev_shm_are_refused_before_ray
         assert needle in str(err.value), str(err.value)
     check_weight_slots(big.model_copy(update={"rollout": big.rollout.model_copy(
         update={"weight_sync": big.rollout.weight_sync.model_copy(update={"method": "object_store"})})}))
+
+
+def test_weight_sync_auto_takes_shared_memory_only_where_every_actor_shares_the_node_and_dev_shm_has_room():
+    from marin_rl.config.preflight import weight_slot_bytes, weight_sync_method
+    from marin_rl.runtime.weight_sync import SHM_ROOT
+
+    local = compose_spec(["recipe=quickstart"])
+    assert local.rollout.weight_sync.method == "auto"
+    method, why = weight_sync_method(local, alive_nodes=1)
+    assert method == "shared_memory" and "one node" in why
+    assert weight_sync_method(local, alive_nodes=2) == ("object_store", "this Ray has 2 nodes")  # a sweep's Ray
+    cluster = compose_spec(["recipe=quickstart", "ray.address=10.0.0.1:6379"])
+    assert weight_sync_method(cluster, alive_nodes=1)[0] == "object_store"
+    named = compose_spec(["recipe=quickstart", "rollout.weight_sync.method=files"])
+    assert weight_sync_method(named, alive_nodes=1)[0] == "files"  # a method set by name is kept
+    big = compose_spec(["recipe=math500_llama3_8b_dapo", "rollout.weight_sync.method=auto"])
+    if weight_slot_bytes(big) <= shutil.disk_usage(SHM_ROOT).free:
+        pytest.skip(f"{SHM_ROOT} holds three copies of 8B weights here")
+    method, why = weight_sync_method(big, alive_nodes=1)
+    assert method == "object_store" and f"{SHM_ROOT} has" in why  # no SIGBUS mid-run: the object store instead

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -72,6 +73,11 @@ def test_sync_run_end_to_end(sync_run):
     assert (run_dir / "spec.yaml").exists() and (run_dir / "wandb").is_dir()
     assert "eval pass@1 after RL" in out.stdout
     assert s["programs"]["compiled"] > 0 and f"{s['programs']['compiled']} compiled" in out.stdout  # end table
+    # rollout.weight_sync.method=auto on one node: the shared-memory ring, said and recorded, gone after the run
+    assert "rollout.weight_sync.method=auto chose shared_memory" in out.stdout
+    assert s["weight_sync_method"] == "shared_memory"
+    slots = re.search(r"shared-memory slots in (\S+)", out.stdout)
+    assert slots and slots.group(1).startswith(str(SHM_ROOT / SHM_DIR_PREFIX)) and not os.path.exists(slots.group(1))
 
 
 def stamps(compile_cache_dir) -> dict[str, int]:
@@ -81,14 +87,13 @@ def stamps(compile_cache_dir) -> dict[str, int]:
 
 def test_the_seed_reproduces_a_sync_run(sync_run, tmp_path):
     """Same seed, same machine: identical metrics (wall-clock fields aside) and bit-identical final weights. The
-    second run moves its weights through shared memory instead of the object store: the channel changes nothing
-    the run computes, and its slots are gone when the run ends. It loads every program the first run compiled
+    first run moves its weights through shared memory (method=auto on one node), the second through the Ray object
+    store: the channel changes nothing the run computes. The second loads every program the first compiled
     (hardware.compile_cache): a loaded program computes what the compiled one did."""
     first, _ = sync_run
     cache_dir = first.parent / "compile_cache"
     compiled = stamps(cache_dir)
-    slots_before = set(SHM_ROOT.glob(f"{SHM_DIR_PREFIX}*"))
-    out = launch(*SYNC, "rollout.weight_sync.method=shared_memory", f"hardware.compile_cache.dir={cache_dir}",
+    out = launch(*SYNC, "rollout.weight_sync.method=object_store", f"hardware.compile_cache.dir={cache_dir}",
                  f"hydra.run.dir={tmp_path}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     reloaded = stamps(cache_dir)
@@ -97,7 +102,7 @@ def test_the_seed_reproduces_a_sync_run(sync_run, tmp_path):
     programs, reran = summary(first)["programs"], summary(tmp_path)["programs"]  # trainer + worker, as counted
     assert programs["compiled"] >= len(compiled)  # the first run's worker loads some that its trainer compiled
     assert reran["compiled"] == 0 and reran["loaded"] == programs["compiled"] + programs["loaded"]
-    assert set(SHM_ROOT.glob(f"{SHM_DIR_PREFIX}*")) <= slots_before
+    assert summary(tmp_path)["weight_sync_method"] == "object_store"
     assert steady(metrics(tmp_path)) == steady(metrics(first))
     assert weights_digest(tmp_path) == weights_digest(first)
     assert summary(tmp_path)["eval_after_rl"]["pass_at_1"] == summary(first)["eval_after_rl"]["pass_at_1"]

@@ -44,7 +44,8 @@ def actor_plan(spec: RunSpec) -> list[ActorGroup]:
             "weight_sync",
             0,
             ActorResources(num_cpus=0),
-            f"method={sync.method} timeout={sync.timeout_s}s, checksummed, versioned",
+            f"method={sync.method}{' (shared_memory on one node, else object_store)' if sync.method == 'auto' else ''} "
+            f"timeout={sync.timeout_s}s, checksummed, versioned",
         ),
     ]
 

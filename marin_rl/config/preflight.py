@@ -186,6 +186,27 @@ def check_weight_slots(spec: RunSpec) -> None:
         )
 
 
+def weight_sync_method(spec: RunSpec, alive_nodes: int) -> tuple[str, str]:
+    """(method, why) for rollout.weight_sync.method=auto: shared_memory when every actor shares this node (no
+    ray.address, a one-node Ray) and /dev/shm has room for the slot ring, else object_store. A method set by name is
+    kept as it is."""
+    method = spec.rollout.weight_sync.method
+    if method != "auto":
+        return method, "set by rollout.weight_sync.method"
+    from marin_rl.runtime.weight_sync import SHM_ROOT
+
+    if spec.ray.address:
+        return "object_store", f"ray.address={spec.ray.address!r}: workers may sit on other nodes"
+    if alive_nodes > 1:
+        return "object_store", f"this Ray has {alive_nodes} nodes"
+    if not SHM_ROOT.is_dir():
+        return "object_store", f"this machine has no {SHM_ROOT}"
+    need, free = weight_slot_bytes(spec), shutil.disk_usage(SHM_ROOT).free
+    if need > free:
+        return "object_store", f"the slot ring needs {need / 2**20:,.0f} MiB and {SHM_ROOT} has {free / 2**20:,.0f} free"
+    return "shared_memory", f"one node, {need / 2**20:,.1f} MiB of {SHM_ROOT} for the slot ring"
+
+
 def check_shared_prompts_model(spec: RunSpec) -> None:
     """hardware.trainer_shared_prompts runs Levanter's Llama layers one by one (training/logprobs.py unrollable):
     an HF model of another architecture (Qwen2, ...) is refused here, not at the trainer's first step."""

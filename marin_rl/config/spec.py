@@ -200,7 +200,9 @@ class TrainConfig(StrictModel):
 
 
 class WeightSyncConfig(StrictModel):
-    method: Literal["object_store", "files", "shared_memory"] = "object_store"
+    # auto: shared_memory where every actor shares the driver's node, else object_store (the driver chooses: preflight
+    # weight_sync_method)
+    method: Literal["auto", "object_store", "files", "shared_memory"] = "auto"
     timeout_s: float = Field(120.0, gt=0.0)
     dir: str | None = None  # shared storage for method=files; default <run_dir>/weights
 

@@ -50,12 +50,30 @@ def tokens_per_second(rows: list[dict[str, Any]]) -> float:
     return sum(row.get("throughput/sampled_tokens", 0) for row in rows) / seconds if seconds > 0 else 0.0
 
 
+def with_weight_sync_method(spec: RunSpec) -> RunSpec:
+    """`spec` with rollout.weight_sync.method=auto replaced by the method this Ray allows (preflight
+    weight_sync_method), said on stdout: the actors get the chosen one."""
+    sync = spec.rollout.weight_sync
+    if spec.mode != "rl" or sync.method != "auto":
+        return spec
+    import ray
+
+    from marin_rl.config.preflight import weight_sync_method
+
+    method, why = weight_sync_method(spec, alive_nodes=sum(1 for n in ray.nodes() if n.get("Alive")))
+    print(f"weight sync: rollout.weight_sync.method=auto chose {method} ({why})", flush=True)
+    chosen = sync.model_copy(update={"method": method})
+    return spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"weight_sync": chosen})})
+
+
 class RunDriver:
     def __init__(self, spec: RunSpec, run_dir: Path):
-        self.spec = spec
+        self.spec = with_weight_sync_method(spec)
         self.run_dir = Path(run_dir)
         self.t0 = time.monotonic()
         self.weights_dir = self._weights_dir()
+        if self.spec.rollout.weight_sync.method == "shared_memory":
+            print(f"weight sync: shared-memory slots in {self.weights_dir} (removed when the run ends)", flush=True)
 
     def _weights_dir(self) -> str | None:
         """Where the weight channel keeps its files: <run_dir>/weights (or weight_sync.dir) for method=files, a fresh
@@ -290,6 +308,7 @@ class RunDriver:
             "worker_restarts": self.worker_restarts,
             "decontam": decontam,  # None when off or when no component has a fixed training set
             "nodes": nodes,  # Ray node id of the trainer and of each rollout worker
+            "weight_sync_method": s.rollout.weight_sync.method,  # the one used (rollout.weight_sync.method=auto chooses)
             "programs": programs,  # XLA programs of the trainer and workers: compiled, loaded (compile cache), seconds
         }
         write_summary(self.run_dir, summary)
