@@ -1,10 +1,12 @@
 """The checksum a weight packet carries, computed on every core of the host when the weights are large.
 
-A weight set's checksum is xxh3-64 over each array's dtype and shape, then the xxh3-64 digests of its bytes cut
-into CHECKSUM_PIECE_BYTES pieces, in order. Hashing piece by piece lets the host's cores share the work (xxhash's
-update and np.copyto release the GIL on large buffers), and lets a publisher copy a piece and hash the copy while it
-is still in cache (`copy_with_checksum`): the checksum then vouches for the bytes a reader will see, not only for
-their source. The value does not depend on the number of cores, nor on whether the pool is used.
+A weight set's checksum (`arrays_checksum`: the object store and files channels) is xxh3-64 over each array's dtype
+and shape, then the xxh3-64 digests of its bytes cut into CHECKSUM_PIECE_BYTES pieces, in order. A shared-memory
+slot's (`buffer_checksum`) is xxh3-64 over the slot's layout, then the digests of its whole payload cut the same way:
+the bytes a reader maps, hashed as one run instead of array by array (at 4M parameters, 45 arrays, that took 0.7 ms
+against 0.9-1.2 ms; docs/benchmarks.md "Stop 42"). Hashing piece by piece lets the host's cores share the work
+(xxhash's update and np.copyto release the GIL on large buffers). Neither value depends on the number of cores, nor
+on whether the pool is used.
 """
 
 from __future__ import annotations
@@ -51,10 +53,9 @@ def _digest(piece: np.ndarray) -> bytes:
     return h.digest()
 
 
-def _copy_then_digest(job: tuple[np.ndarray, np.ndarray]) -> bytes:
+def _copy(job: tuple[np.ndarray, np.ndarray]) -> None:
     dest, src = job
     np.copyto(dest, src)
-    return _digest(dest)
 
 
 def _in_parallel(fn: Callable, jobs: list, sizes: list[int]) -> list:
@@ -85,12 +86,23 @@ def arrays_checksum(arrays: list[np.ndarray]) -> str:
     return _combine(arrays, _in_parallel(_digest, pieces, [p.size for p in pieces]))
 
 
-def copy_with_checksum(dests: list[np.ndarray], arrays: list[np.ndarray]) -> str:
-    """Copy each array into its twin in `dests` (writable, C-contiguous, same dtype and shape) piece by piece in
-    parallel, and return arrays_checksum(dests), each piece hashed right after it is copied."""
+def buffer_checksum(buffer: np.ndarray, header: bytes) -> str:
+    """xxh3-64 of `header` and of the xxh3-64 digests of `buffer`'s bytes (C-contiguous) cut into pieces, the pieces
+    hashed in parallel."""
+    flat = buffer.reshape(-1).view(np.uint8)
+    pieces = [flat[i : i + CHECKSUM_PIECE_BYTES] for i in range(0, flat.size, CHECKSUM_PIECE_BYTES)] or [flat]
+    h = xxhash.xxh3_64(header)
+    for d in _in_parallel(_digest, pieces, [p.size for p in pieces]):
+        h.update(d)
+    return h.hexdigest()
+
+
+def copy_arrays(dests: list[np.ndarray], arrays: list[np.ndarray]) -> None:
+    """Copy each array into its twin in `dests` (writable, C-contiguous, same dtype and shape), piece by piece in
+    parallel."""
     if not all(d.flags.c_contiguous and d.flags.writeable for d in dests):
-        raise ValueError("copy_with_checksum copies into writable C-contiguous arrays only")
+        raise ValueError("copy_arrays copies into writable C-contiguous arrays only")
     if [(d.dtype, d.shape) for d in dests] != [(a.dtype, a.shape) for a in arrays]:
-        raise ValueError("copy_with_checksum needs destinations of the arrays' dtypes and shapes")
+        raise ValueError("copy_arrays needs destinations of the arrays' dtypes and shapes")
     jobs = [job for d, a in zip(dests, arrays) for job in zip(_pieces(d), _pieces(a), strict=True)]
-    return _combine(dests, _in_parallel(_copy_then_digest, jobs, [d.size for d, _ in jobs]))
+    _in_parallel(_copy, jobs, [d.size for d, _ in jobs])

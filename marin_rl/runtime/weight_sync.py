@@ -27,7 +27,7 @@ import numpy as np
 
 from marin_rl.models.arrays import ArraySlots, is_array_leaf
 from marin_rl.runlog.run_lock import pid_alive
-from marin_rl.runtime.weight_checksum import arrays_checksum, copy_with_checksum
+from marin_rl.runtime.weight_checksum import arrays_checksum, buffer_checksum, copy_arrays
 
 
 class WeightSyncError(RuntimeError):
@@ -196,6 +196,12 @@ def slot_layout(arrays: list[np.ndarray]) -> tuple[tuple, int]:
     return tuple(layout), offset
 
 
+def slot_checksum(buffer: Any, layout: tuple) -> str:
+    """weight_checksum.buffer_checksum of a slot's payload (every byte after the header: the arrays and the alignment
+    gaps between them) and its layout."""
+    return buffer_checksum(np.frombuffer(buffer, np.uint8, offset=SHM_PAYLOAD_START), repr(layout).encode())
+
+
 def slot_arrays(buffer: Any, layout: tuple) -> list[np.ndarray]:
     """The arrays of a slot as views of `buffer` (read-only when the mapping is)."""
     return [
@@ -223,7 +229,7 @@ class SharedMemoryChannel(Channel):
     under a shared flock, held while it places the weights (`fetched`), so the trainer never overwrites weights
     being read. A slot still read when its turn comes is unlinked and recreated (the reader keeps its inode), so
     the trainer never waits for a worker. Slots are reused, so after the first round their pages are already
-    mapped: a publish is one memcpy, each piece hashed as it lands (weight_checksum.py), where `ray.put` faults
+    mapped: a publish is one memcpy and one hash of the slot's bytes (weight_checksum.py), where `ray.put` faults
     fresh object-store pages every time.
     One node only: RunSpec refuses it with ray.address, where workers may sit on other nodes.
     """
@@ -266,7 +272,8 @@ class SharedMemoryChannel(Channel):
                     raise WeightSyncError(f"no room for {size:,} bytes of weights in {path.parent}: {err}") from err
             buffer = self._mapping(path, fd, writable=True)
             SHM_HEADER.pack_into(buffer, 0, SHM_MAGIC, -1)
-            checksum = copy_with_checksum(slot_arrays(buffer, layout), arrays)
+            copy_arrays(slot_arrays(buffer, layout), arrays)
+            checksum = slot_checksum(buffer, layout)  # of the slot's bytes, as a reader will map them
             SHM_HEADER.pack_into(buffer, 0, SHM_MAGIC, version)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -296,7 +303,10 @@ class SharedMemoryChannel(Channel):
             magic, version = SHM_HEADER.unpack_from(buffer, 0)
             if magic != SHM_MAGIC or version != packet.version:
                 raise WeightsSuperseded(f"{what}: the slot now holds v{version} (superseded; newer weights follow)")
-            yield verified(slot_arrays(buffer, packet.layout), packet)
+            got = slot_checksum(buffer, packet.layout)
+            if got != packet.checksum:
+                raise WeightSyncError(f"{what}: checksum {got} != published {packet.checksum}")
+            yield slot_arrays(buffer, packet.layout)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)  # explicitly: the cached mmap holds a dup of fd, and with it the lock
             if os.fstat(fd).st_nlink == 0:  # the trainer replaced this slot: let its pages go once no view holds them
