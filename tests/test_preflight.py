@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from spec_helpers import ROOT, compose_spec
@@ -154,11 +155,18 @@ def test_shared_memory_weights_that_do_not_fit_in_dev_shm_are_refused_before_ray
         update={"weight_sync": big.rollout.weight_sync.model_copy(update={"method": "object_store"})})}))
 
 
-def test_weight_sync_auto_takes_shared_memory_only_where_every_actor_shares_the_node_and_dev_shm_has_room():
+def test_weight_sync_auto_takes_shared_memory_only_where_every_actor_shares_the_node_and_dev_shm_has_room(
+    monkeypatch, tmp_path
+):
+    from marin_rl.config import preflight
     from marin_rl.config.preflight import weight_slot_bytes, weight_sync_method
-    from marin_rl.runtime.weight_sync import SHM_ROOT
+    from marin_rl.runtime import weight_sync
 
+    monkeypatch.setattr(weight_sync, "SHM_ROOT", tmp_path)  # a /dev/shm of a chosen size
     local = compose_spec(["recipe=quickstart"])
+    need = weight_slot_bytes(local)
+    room = {"free": need}
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(0, 0, room["free"]))
     assert local.rollout.weight_sync.method == "auto"
     method, why = weight_sync_method(local, alive_nodes=1)
     assert method == "shared_memory" and "one node" in why
@@ -167,8 +175,46 @@ def test_weight_sync_auto_takes_shared_memory_only_where_every_actor_shares_the_
     assert weight_sync_method(cluster, alive_nodes=1)[0] == "object_store"
     named = compose_spec(["recipe=quickstart", "rollout.weight_sync.method=files"])
     assert weight_sync_method(named, alive_nodes=1)[0] == "files"  # a method set by name is kept
-    big = compose_spec(["recipe=math500_llama3_8b_dapo", "rollout.weight_sync.method=auto"])
-    if weight_slot_bytes(big) <= shutil.disk_usage(SHM_ROOT).free:
-        pytest.skip(f"{SHM_ROOT} holds three copies of 8B weights here")
-    method, why = weight_sync_method(big, alive_nodes=1)
-    assert method == "object_store" and f"{SHM_ROOT} has" in why  # no SIGBUS mid-run: the object store instead
+    room["free"] = need - 1  # e.g. Docker's 64 MiB /dev/shm under a larger model
+    method, why = weight_sync_method(local, alive_nodes=1)
+    assert method == "object_store" and f"{tmp_path} has" in why  # no SIGBUS mid-run: the object store instead
+    monkeypatch.setattr(weight_sync, "SHM_ROOT", tmp_path / "none")
+    assert weight_sync_method(local, alive_nodes=1) == ("object_store", f"this machine has no {tmp_path / 'none'}")
+
+
+def test_the_driver_falls_back_to_the_object_store_when_auto_cannot_reserve_the_slots(monkeypatch, tmp_path):
+    """The ring's pages are reserved before any actor starts; with auto a failed reservation (a tmpfs that other
+    runs filled since the check) means the object store, with shared_memory set by name a clear error."""
+    import errno
+
+    from marin_rl.config.preflight import slot_bytes
+    from marin_rl.runtime import driver, weight_sync
+    from marin_rl.runtime.weight_sync import SHM_DIR_PREFIX, WeightSyncError
+
+    make_shm_dir = weight_sync.make_shm_dir
+    monkeypatch.setattr(weight_sync, "SHM_ROOT", tmp_path)
+    monkeypatch.setattr(weight_sync, "make_shm_dir", lambda: make_shm_dir(tmp_path))
+    spec, folder, why = driver.weight_channel(compose_spec(["recipe=quickstart"]), tmp_path, alive_nodes=1)
+    assert spec.rollout.weight_sync.method == "shared_memory" and folder is not None
+    assert sorted(p.name for p in Path(folder).iterdir()) == ["slot0", "slot1", "slot2"]
+    assert {p.stat().st_size for p in Path(folder).iterdir()} == {slot_bytes(spec)}
+
+    def full(fd, offset, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(weight_sync.os, "posix_fallocate", full)
+    spec, folder, why = driver.weight_channel(compose_spec(["recipe=quickstart"]), tmp_path, alive_nodes=1)
+    assert spec.rollout.weight_sync.method == "object_store" and folder is None and "no room" in why
+    named = compose_spec(["recipe=quickstart", "rollout.weight_sync.method=shared_memory"])
+    with pytest.raises(WeightSyncError, match="no room"):
+        driver.weight_channel(named, tmp_path, alive_nodes=1)
+    assert len(list(tmp_path.glob(f"{SHM_DIR_PREFIX}*"))) == 1  # the failed rings are removed, the first one stays
+
+
+def test_slots_on_the_driver_node_are_unreachable_from_actors_placed_elsewhere():
+    from marin_rl.runtime.driver import slots_unreachable
+
+    assert slots_unreachable(True, "a", ["a", "a"]) is None
+    assert "node(s) ['b']" in slots_unreachable(True, "a", ["a", "b"])  # auto: the object store instead
+    with pytest.raises(ValueError, match="method=object_store or files"):
+        slots_unreachable(False, "a", ["b"])

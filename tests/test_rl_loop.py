@@ -74,10 +74,11 @@ def test_sync_run_end_to_end(sync_run):
     assert "eval pass@1 after RL" in out.stdout
     assert s["programs"]["compiled"] > 0 and f"{s['programs']['compiled']} compiled" in out.stdout  # end table
     # rollout.weight_sync.method=auto on one node: the shared-memory ring, said and recorded, gone after the run
-    assert "rollout.weight_sync.method=auto chose shared_memory" in out.stdout
-    assert s["weight_sync_method"] == "shared_memory"
-    slots = re.search(r"shared-memory slots in (\S+)", out.stdout)
-    assert slots and slots.group(1).startswith(str(SHM_ROOT / SHM_DIR_PREFIX)) and not os.path.exists(slots.group(1))
+    if SHM_ROOT.is_dir():  # a machine without /dev/shm takes the object store (tests/test_preflight.py)
+        assert "rollout.weight_sync.method=auto chose shared_memory" in out.stdout
+        assert s["weight_sync_method"] == "shared_memory"
+        slots = re.search(r"slots in (\S+), removed when the run ends", out.stdout)
+        assert slots and slots.group(1).startswith(str(SHM_ROOT / SHM_DIR_PREFIX)) and not os.path.exists(slots[1])
 
 
 def stamps(compile_cache_dir) -> dict[str, int]:

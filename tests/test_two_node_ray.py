@@ -79,18 +79,21 @@ try:
     RunDriver(compose_spec(["recipe=quickstart", "rollout.weight_sync.method=shared_memory"]), sys.argv[2])
 except ValueError as err:
     print("refused:", err)
+auto = RunDriver(compose_spec(["recipe=quickstart"]), sys.argv[2] + "-auto")
+print("auto chose:", auto.spec.rollout.weight_sync.method, auto.weights_dir)
 """
 
 
 def assert_shared_memory_is_refused_on(address: str, driver_env: dict, tmp_path: Path) -> None:
     """A driver connected to a multi-node Ray without ray.address (a sweep job under hydra/launcher=ray) refuses
-    rollout.weight_sync.method=shared_memory before any actor starts."""
+    rollout.weight_sync.method=shared_memory before any actor starts, and method=auto takes the object store."""
     out = subprocess.run([sys.executable, "-c", REFUSAL_SCRIPT, address, str(tmp_path / "refused")],
                          cwd=Path(__file__).resolve().parents[1], env=driver_env, capture_output=True, text=True,
                          timeout=120)
     assert "refused: rollout.weight_sync.method=shared_memory needs every actor on one node; this Ray has 2 nodes" in (
         out.stdout
     ), out.stdout[-2000:] + out.stderr[-2000:]
+    assert "auto chose: object_store None" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
 
 
 @pytest.mark.timeout(300)

@@ -155,3 +155,28 @@ def test_stale_shared_memory_folders_of_dead_drivers_are_removed(tmp_path):
     fresh = make_shm_dir(tmp_path)
     assert not stale.exists() and live.exists() and fresh.exists()
     assert fresh.name.startswith(f"{SHM_DIR_PREFIX}{os.getpid()}-") and fresh.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_shared_memory_slot_checksum_covers_its_gaps_and_layout_and_a_reserved_ring_takes_publishes(tmp_path):
+    """reserve_slots makes the ring at its final size (a publish then writes in place); the slot's checksum covers
+    every payload byte, the alignment gaps too, and the layout the reader is told."""
+    from marin_rl.runtime.weight_sync import SharedMemoryChannel, reserve_slots, slot_layout
+
+    arrays = [np.arange(3, dtype=np.float32), np.ones((2, 5), np.float32)]  # 12 bytes: a gap of 52 after it
+    layout, size = slot_layout(arrays)
+    reserve_slots(tmp_path, size, slots=2)
+    inodes = [(tmp_path / f"slot{k}").stat().st_ino for k in range(2)]
+    channel = SharedMemoryChannel(tmp_path, slots=2)
+    packet = channel.publish(arrays, 0)
+    assert [(tmp_path / f"slot{k}").stat().st_ino for k in range(2)] == inodes and packet.layout == layout
+    with channel.fetched(packet, timeout_s=1) as got:
+        np.testing.assert_array_equal(got[1], arrays[1])
+    shifted = ((layout[0][0] + 4, (3,), "<f4"), *layout[1:])  # the same bytes read as other arrays
+    moved = WeightPacket(0, packet.checksum, packet.nbytes, path=packet.path, layout=shifted)
+    with pytest.raises(WeightSyncError, match="checksum"), channel.fetched(moved, timeout_s=1):
+        pass
+    with open(packet.path, "r+b") as slot:  # a byte of the gap after the first array
+        slot.seek(layout[0][0] + arrays[0].nbytes + 1)
+        slot.write(b"\x01")
+    with pytest.raises(WeightSyncError, match="checksum"), channel.fetched(packet, timeout_s=1):
+        pass

@@ -157,13 +157,21 @@ def check_inference_backend(spec: RunSpec) -> None:
         raise PreflightError(f"hardware.inference_backend=vllm: {err}") from None
 
 
-def weight_slot_bytes(spec: RunSpec) -> int:
-    """Bytes the shared-memory weight channel's ring takes: SHM_SLOTS copies of the weights in hardware.param_dtype."""
+def slot_bytes(spec: RunSpec) -> int:
+    """Bytes of one slot of the shared-memory weight channel: its header, then every weight in hardware.param_dtype,
+    each SHM_ALIGN-aligned (weight_sync.slot_layout)."""
     from marin_rl.config.memory import DTYPE_BYTES, model_shape
+    from marin_rl.runtime.weight_sync import SHM_PAYLOAD_START, aligned
+
+    itemsize = DTYPE_BYTES[spec.hardware.param_dtype]
+    return SHM_PAYLOAD_START + sum(aligned(math.prod(sizes) * itemsize) for _, sizes in model_shape(spec.model).leaves)
+
+
+def weight_slot_bytes(spec: RunSpec) -> int:
+    """Bytes the shared-memory weight channel's ring takes: SHM_SLOTS slots."""
     from marin_rl.runtime.weight_sync import SHM_SLOTS
 
-    numel = sum(math.prod(sizes) for _, sizes in model_shape(spec.model).leaves)
-    return SHM_SLOTS * numel * DTYPE_BYTES[spec.hardware.param_dtype]
+    return SHM_SLOTS * slot_bytes(spec)
 
 
 def check_weight_slots(spec: RunSpec) -> None:

@@ -200,8 +200,8 @@ class TrainConfig(StrictModel):
 
 
 class WeightSyncConfig(StrictModel):
-    # auto: shared_memory where every actor shares the driver's node, else object_store (the driver chooses: preflight
-    # weight_sync_method)
+    # auto: shared_memory where every actor shares the driver's node and the slots fit in /dev/shm, else object_store
+    # (the driver chooses before any actor starts: runtime/driver.py weight_channel)
     method: Literal["auto", "object_store", "files", "shared_memory"] = "auto"
     timeout_s: float = Field(120.0, gt=0.0)
     dir: str | None = None  # shared storage for method=files; default <run_dir>/weights

@@ -50,48 +50,75 @@ def tokens_per_second(rows: list[dict[str, Any]]) -> float:
     return sum(row.get("throughput/sampled_tokens", 0) for row in rows) / seconds if seconds > 0 else 0.0
 
 
-def with_weight_sync_method(spec: RunSpec) -> RunSpec:
-    """`spec` with rollout.weight_sync.method=auto replaced by the method this Ray allows (preflight
-    weight_sync_method), said on stdout: the actors get the chosen one."""
+def with_method(spec: RunSpec, method: str) -> RunSpec:
+    """`spec` with rollout.weight_sync.method set to `method`."""
+    sync = spec.rollout.weight_sync.model_copy(update={"method": method})
+    return spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"weight_sync": sync})})
+
+
+def weight_channel(spec: RunSpec, run_dir: Path, alive_nodes: int) -> tuple[RunSpec, str | None, str]:
+    """(spec with the weight-sync method this run uses, the channel's folder, why that method).
+
+    rollout.weight_sync.method=auto takes shared memory where preflight.weight_sync_method allows it and the slot
+    ring's pages can be reserved, else the object store. shared_memory set by name fails unless every actor can
+    share this node and the ring fits. files: <run_dir>/weights or weight_sync.dir. object_store: no folder.
+    """
+    from marin_rl.config.preflight import slot_bytes, weight_sync_method
+    from marin_rl.runtime.weight_sync import WeightSyncError, make_shm_dir, reserve_slots
+
     sync = spec.rollout.weight_sync
-    if spec.mode != "rl" or sync.method != "auto":
-        return spec
-    import ray
+    method, why = weight_sync_method(spec, alive_nodes)
+    if method == "files":
+        return spec, sync.dir or str(run_dir / "weights"), why
+    if method != "shared_memory":
+        return with_method(spec, method), None, why
+    if alive_nodes > 1:  # a sweep job's Ray (hydra/launcher=ray) may span nodes though ray.address is unset
+        raise ValueError(
+            f"rollout.weight_sync.method=shared_memory needs every actor on one node; this Ray has {alive_nodes} "
+            "nodes; allowed: method=object_store or files"
+        )
+    folder = make_shm_dir()
+    try:
+        reserve_slots(folder, slot_bytes(spec))
+    except WeightSyncError as err:
+        shutil.rmtree(folder, ignore_errors=True)
+        if sync.method != "auto":
+            raise
+        return with_method(spec, "object_store"), None, str(err)
+    return with_method(spec, method), str(folder), why
 
-    from marin_rl.config.preflight import weight_sync_method
 
-    method, why = weight_sync_method(spec, alive_nodes=sum(1 for n in ray.nodes() if n.get("Alive")))
-    print(f"weight sync: rollout.weight_sync.method=auto chose {method} ({why})", flush=True)
-    chosen = sync.model_copy(update={"method": method})
-    return spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"weight_sync": chosen})})
+def slots_unreachable(chosen_by_auto: bool, driver_node: str, actor_nodes: list[str]) -> str | None:
+    """Why the actors cannot read shared-memory slots kept on the driver's node (None: they can). Raises for
+    shared_memory set by name; rollout.weight_sync.method=auto then falls back to the object store."""
+    away = sorted(set(actor_nodes) - {driver_node})
+    if not away:
+        return None
+    why = f"the run's actors were placed on node(s) {away}, not on the driver's node {driver_node}"
+    if not chosen_by_auto:
+        raise ValueError(
+            f"rollout.weight_sync.method=shared_memory: {why}, whose /dev/shm holds the slots; allowed: "
+            "method=object_store or files"
+        )
+    return why
 
 
 class RunDriver:
     def __init__(self, spec: RunSpec, run_dir: Path):
-        self.spec = with_weight_sync_method(spec)
+        import ray
+
         self.run_dir = Path(run_dir)
         self.t0 = time.monotonic()
-        self.weights_dir = self._weights_dir()
-        if self.spec.rollout.weight_sync.method == "shared_memory":
-            print(f"weight sync: shared-memory slots in {self.weights_dir} (removed when the run ends)", flush=True)
+        self.auto_weight_sync = spec.rollout.weight_sync.method == "auto"
+        alive = sum(1 for n in ray.nodes() if n.get("Alive"))
+        self.spec, self.weights_dir, why = weight_channel(spec, self.run_dir, alive)
+        self._say_weight_sync(why)
 
-    def _weights_dir(self) -> str | None:
-        """Where the weight channel keeps its files: <run_dir>/weights (or weight_sync.dir) for method=files, a fresh
-        private /dev/shm folder for method=shared_memory (removed by release_weights_dir), none for object_store."""
-        from marin_rl.runtime.weight_sync import make_shm_dir
-
-        sync = self.spec.rollout.weight_sync
-        if sync.method == "shared_memory":
-            import ray
-
-            nodes = [n for n in ray.nodes() if n.get("Alive")]
-            if len(nodes) > 1:  # a sweep job's Ray (hydra/launcher=ray) may span nodes though ray.address is unset
-                raise ValueError(
-                    f"rollout.weight_sync.method=shared_memory needs every actor on one node; this Ray has "
-                    f"{len(nodes)} nodes; allowed: method=object_store or files"
-                )
-            return str(make_shm_dir())
-        return (sync.dir or str(self.run_dir / "weights")) if sync.method == "files" else None
+    def _say_weight_sync(self, why: str) -> None:
+        method = self.spec.rollout.weight_sync.method
+        where = f"; slots in {self.weights_dir}, removed when the run ends" if method == "shared_memory" else ""
+        chose = "rollout.weight_sync.method=auto chose " if self.auto_weight_sync else ""
+        print(f"weight sync: {chose}{method} ({why}{where})", flush=True)
 
     def release_weights_dir(self) -> None:
         """Remove the shared-memory slots (they hold RAM until deleted; actors killed mid-run cannot do it)."""
@@ -118,6 +145,17 @@ class RunDriver:
             strategy = "STRICT_PACK"  # every actor on this one node, even if the cluster grows later
         self.pg = placement_group(bundles, strategy=strategy)
         wait_for_placement_group(self.pg, bundles)
+        if s.rollout.weight_sync.method == "shared_memory":
+            from marin_rl.runtime.trainer_group import bundle_nodes
+
+            here = ray.get_runtime_context().get_node_id()
+            why = slots_unreachable(self.auto_weight_sync, here, bundle_nodes(self.pg, range(len(bundles))))
+            if why is not None:  # auto on a cluster that grew: the object store instead, said before any actor starts
+                self.release_weights_dir()
+                self.spec, self.weights_dir = with_method(s, "object_store"), None
+                self._say_weight_sync(why)
+                s = self.spec
+                spec_dict = s.model_dump(mode="json")
         self.t0 = time.monotonic()  # the run's clock starts once it holds its resources, not while queued in a sweep
 
         jax_env: list[dict] = [{}]

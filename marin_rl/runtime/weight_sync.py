@@ -187,13 +187,33 @@ SHM_LOCK_POLL_S = 0.001
 SHM_SLOTS = 3
 
 
+def aligned(nbytes: int) -> int:
+    """nbytes rounded up to a multiple of SHM_ALIGN: the room an array takes in a slot."""
+    return -(-nbytes // SHM_ALIGN) * SHM_ALIGN
+
+
 def slot_layout(arrays: list[np.ndarray]) -> tuple[tuple, int]:
     """((offset, shape, dtype name) per array, total slot bytes): arrays back to back, each SHM_ALIGN-aligned."""
     layout, offset = [], SHM_PAYLOAD_START
     for a in arrays:
         layout.append((offset, tuple(a.shape), a.dtype.str))
-        offset += -(-a.nbytes // SHM_ALIGN) * SHM_ALIGN
+        offset += aligned(a.nbytes)
     return tuple(layout), offset
+
+
+def reserve_slots(directory: str | Path, size: int, slots: int = SHM_SLOTS) -> None:
+    """Create the ring's slot files, `size` bytes each, their pages reserved: a tmpfs without room for them fails
+    here, before any actor starts, and runs that share it cannot all count on the same free pages. WeightSyncError
+    if there is no room (the files made so far stay: the caller removes the folder)."""
+    for k in range(slots):
+        fd = os.open(Path(directory) / f"slot{k}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            os.posix_fallocate(fd, 0, size)
+        except OSError as err:
+            raise WeightSyncError(f"no room for {slots} x {size:,} bytes of weights in {directory}: {err}") from err
+        finally:
+            os.close(fd)
 
 
 def slot_checksum(buffer: Any, layout: tuple) -> str:
