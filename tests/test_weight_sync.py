@@ -180,3 +180,17 @@ def test_a_shared_memory_slot_checksum_covers_its_gaps_and_layout_and_a_reserved
         slot.write(b"\x01")
     with pytest.raises(WeightSyncError, match="checksum"), channel.fetched(packet, timeout_s=1):
         pass
+
+
+def test_the_ring_the_driver_reserves_has_the_size_the_trainer_publishes():
+    """preflight.slot_bytes (from the config, before any model exists) = slot_layout of the built policy's published
+    arrays, so a publish into a reserved slot writes in place (a mismatch would resize the slot at its first publish)."""
+    from spec_helpers import compose_spec
+
+    from marin_rl.config.preflight import slot_bytes
+    from marin_rl.models.policy import build_policy
+    from marin_rl.runtime.weight_sync import slot_layout
+
+    spec = compose_spec(["recipe=quickstart"])
+    model, _, _ = build_policy(spec.model, jax.random.PRNGKey(0))
+    assert slot_layout(model_to_arrays(model))[1] == slot_bytes(spec)

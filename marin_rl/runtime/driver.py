@@ -77,12 +77,13 @@ def weight_channel(spec: RunSpec, run_dir: Path, alive_nodes: int) -> tuple[RunS
             f"rollout.weight_sync.method=shared_memory needs every actor on one node; this Ray has {alive_nodes} "
             "nodes; allowed: method=object_store or files"
         )
+    size = slot_bytes(spec)
     folder = make_shm_dir()
     try:
-        reserve_slots(folder, slot_bytes(spec))
-    except WeightSyncError as err:
+        reserve_slots(folder, size)
+    except BaseException as err:  # an interrupt mid-reservation too: no run cleans up a folder it never returned
         shutil.rmtree(folder, ignore_errors=True)
-        if sync.method != "auto":
+        if sync.method != "auto" or not isinstance(err, WeightSyncError):
             raise
         return with_method(spec, "object_store"), None, str(err)
     return with_method(spec, method), str(folder), why
@@ -265,8 +266,8 @@ class RunDriver:
 
         from marin_rl.environments.decontam import decontam_line
 
-        s = self.spec
         self.start_actors()
+        s = self.spec  # after start_actors: rollout.weight_sync.method=auto may have fallen back there
         nodes = self.actor_nodes()
         info = ray.get(self.trainer.prepare.remote())
         start_step, extra = info["start_step"], info["extra"]

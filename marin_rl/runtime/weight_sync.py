@@ -204,7 +204,9 @@ def slot_layout(arrays: list[np.ndarray]) -> tuple[tuple, int]:
 def reserve_slots(directory: str | Path, size: int, slots: int = SHM_SLOTS) -> None:
     """Create the ring's slot files, `size` bytes each, their pages reserved: a tmpfs without room for them fails
     here, before any actor starts, and runs that share it cannot all count on the same free pages. WeightSyncError
-    if there is no room (the files made so far stay: the caller removes the folder)."""
+    if there is no room (the files made so far stay: the caller removes the folder). `size` is the driver's estimate
+    from the model config (preflight.slot_bytes); where the published weights lay out otherwise, the first publish
+    into a slot resizes it and reserves again (`publish`)."""
     for k in range(slots):
         fd = os.open(Path(directory) / f"slot{k}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
