@@ -138,7 +138,6 @@ class RunDriver:
         from marin_rl.runtime.trainer_actor import TrainerActor
 
         s, hw = self.spec, self.spec.hardware
-        spec_dict = s.model_dump(mode="json")
         n_trainers = hw.trainer_processes  # bundles 0..n_trainers-1: the trainer's JAX processes, then the workers
         bundles = [resource_bundle(hw.trainer_resources)] * n_trainers + [resource_bundle(hw.rollout_resources)] * hw.num_rollout_workers
         strategy = "PACK" if hw.accelerator == "cpu" else "SPREAD"
@@ -156,7 +155,7 @@ class RunDriver:
                 self.spec, self.weights_dir = with_method(s, "object_store"), None
                 self._say_weight_sync(why)
                 s = self.spec
-                spec_dict = s.model_dump(mode="json")
+        spec_dict = s.model_dump(mode="json")  # after the placement check: what the actors get
         self.t0 = time.monotonic()  # the run's clock starts once it holds its resources, not while queued in a sweep
 
         jax_env: list[dict] = [{}]

@@ -89,8 +89,7 @@ def arrays_checksum(arrays: list[np.ndarray]) -> str:
 def buffer_checksum(buffer: np.ndarray, header: bytes) -> str:
     """xxh3-64 of `header` and of the xxh3-64 digests of `buffer`'s bytes (C-contiguous) cut into pieces, the pieces
     hashed in parallel."""
-    flat = buffer.reshape(-1).view(np.uint8)
-    pieces = [flat[i : i + CHECKSUM_PIECE_BYTES] for i in range(0, flat.size, CHECKSUM_PIECE_BYTES)] or [flat]
+    pieces = _pieces(buffer)
     h = xxhash.xxh3_64(header)
     for d in _in_parallel(_digest, pieces, [p.size for p in pieces]):
         h.update(d)

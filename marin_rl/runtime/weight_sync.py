@@ -210,12 +210,21 @@ def reserve_slots(directory: str | Path, size: int, slots: int = SHM_SLOTS) -> N
     for k in range(slots):
         fd = os.open(Path(directory) / f"slot{k}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.ftruncate(fd, size)
-            os.posix_fallocate(fd, 0, size)
-        except OSError as err:
-            raise WeightSyncError(f"no room for {slots} x {size:,} bytes of weights in {directory}: {err}") from err
+            _reserve_pages(fd, size, directory)
         finally:
             os.close(fd)
+
+
+def _reserve_pages(fd: int, size: int, where: str | Path) -> None:
+    """Size the slot file `fd` to `size` bytes and reserve its pages: a tmpfs that fills up mid-copy would kill the
+    writer (SIGBUS). WeightSyncError if there is no room; the file is then left empty, so that a later publish sees
+    the wrong size and reserves again instead of writing unreserved pages."""
+    os.ftruncate(fd, size)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        os.ftruncate(fd, 0)
+        raise WeightSyncError(f"no room for {size:,} bytes of weights in {where}: {err}") from err
 
 
 def slot_checksum(buffer: Any, layout: tuple) -> str:
@@ -286,12 +295,7 @@ class SharedMemoryChannel(Channel):
             fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             if os.fstat(fd).st_size != size:
-                os.ftruncate(fd, size)
-                try:  # reserve the pages now: a tmpfs that fills up mid-copy would kill this process (SIGBUS)
-                    os.posix_fallocate(fd, 0, size)
-                except OSError as err:
-                    os.ftruncate(fd, 0)  # else the next publish sees the right size and writes unreserved pages
-                    raise WeightSyncError(f"no room for {size:,} bytes of weights in {path.parent}: {err}") from err
+                _reserve_pages(fd, size, path.parent)
             buffer = self._mapping(path, fd, writable=True)
             SHM_HEADER.pack_into(buffer, 0, SHM_MAGIC, -1)
             copy_arrays(slot_arrays(buffer, layout), arrays)
